@@ -1,0 +1,236 @@
+"""Read archived Kafka records, select the slice a run asks for, and account for what was read.
+
+Layouts (design.md "Archive input"):
+  parquet -- Spark Kafka-source columns in Parquet, any folder nesting (Hive-style `topic=`/`dt=` folders are fine:
+             the columns inside the files are authoritative, folder names are not parsed).
+  jsonl   -- the same columns as JSON lines, key/value/header values base64, timestamp ISO-8601.
+  kcat    -- `kcat -C -J` lines: topic, partition, offset, tstype, ts (ms), key, payload, headers [k, v, k, v ...].
+
+Every run gets a manifest: files read, per partition min/max offset and counts, duplicate offsets (a record archived
+twice is counted once) and offset gaps (missing offsets between min and max: compacted topics and transaction markers
+leave such gaps legitimately, so they are reported, not fatal).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from cdcreplay.run_spec import OffsetRange
+from cdcreplay.schema import RAW_COLUMNS, RAW_DDL, struct_type
+from cdcreplay.value_types import safe_binary, safe_timestamp_millis
+
+MAX_LISTED_GAPS = 50
+LAYOUT_SUFFIXES = {"parquet": (".parquet",), "jsonl": (".json", ".jsonl", ".ndjson"), "kcat": (".json", ".jsonl")}
+
+
+class ArchiveError(ValueError):
+    """The archive cannot be read as configured; the message says where and what to fix."""
+
+
+def archive_files(path: str, layout: str) -> list[str]:
+    """Data files under ``path`` for ``layout`` (hidden and underscore files skipped, as Spark does)."""
+    root = Path(path)
+    if not root.exists():
+        raise ArchiveError(f"archive path {path} does not exist; fix archive.path in the pipeline config")
+    suffixes = LAYOUT_SUFFIXES[layout]
+    if root.is_file():
+        return [str(root)]
+    files = sorted(
+        str(p)
+        for p in root.rglob("*")
+        if p.is_file()
+        and p.name.endswith(suffixes)
+        and not any(part.startswith((".", "_")) for part in p.relative_to(root).parts)
+    )
+    if not files:
+        raise ArchiveError(
+            f"archive path {path} holds no {layout} files (looked for {', '.join(suffixes)}); "
+            "check archive.path and archive.layout in the pipeline config"
+        )
+    return files
+
+
+def read_archive(spark: SparkSession, files: list[str], layout: str) -> DataFrame:
+    """Raw records with exactly the Kafka-source columns, whatever the layout."""
+    if layout == "parquet":
+        frame = spark.read.parquet(*files)
+        missing = [c for c in RAW_COLUMNS if c not in frame.columns and c not in ("timestampType", "headers")]
+        if missing:
+            raise ArchiveError(
+                f"parquet archive lacks column(s) {', '.join(missing)}; expected Spark's Kafka-source columns "
+                f"{', '.join(RAW_COLUMNS)} (files e.g. {files[0]})"
+            )
+        raw_schema = struct_type(RAW_DDL)
+        return frame.select(
+            *[
+                (F.col(f.name) if f.name in frame.columns else F.lit(None)).cast(f.dataType).alias(f.name)
+                for f in raw_schema.fields
+            ]
+        )
+    if layout == "jsonl":
+        frame = spark.read.schema(
+            "topic string, partition int, offset bigint, timestamp string, timestampType int, key string, "
+            "value string, headers array<struct<key: string, value: string>>"
+        ).json(files)
+        return frame.select(
+            "topic",
+            "partition",
+            "offset",
+            F.to_timestamp("timestamp").alias("timestamp"),
+            F.coalesce("timestampType", F.lit(0)).alias("timestampType"),
+            safe_binary(F.col("key")).alias("key"),
+            safe_binary(F.col("value")).alias("value"),
+            F.transform(
+                "headers", lambda h: F.struct(h["key"].alias("key"), safe_binary(h["value"]).alias("value"))
+            ).alias("headers"),
+        )
+    if layout == "kcat":
+        frame = spark.read.schema(
+            "topic string, partition int, offset bigint, tstype string, ts bigint, key string, payload string, "
+            "headers array<string>"
+        ).json(files)
+        pair_count = F.floor(F.size(F.coalesce("headers", F.array().cast("array<string>"))) / 2)
+        return frame.select(
+            "topic",
+            "partition",
+            "offset",
+            safe_timestamp_millis(F.col("ts")).alias("timestamp"),
+            F.when(F.col("tstype") == "logappend", 1).otherwise(0).alias("timestampType"),
+            F.encode("key", "UTF-8").alias("key"),
+            F.encode("payload", "UTF-8").alias("value"),
+            F.when(
+                pair_count > 0,
+                F.transform(
+                    F.sequence(F.lit(0), pair_count - 1),
+                    lambda i: F.struct(
+                        F.col("headers")[i * 2].alias("key"),
+                        F.encode(F.col("headers")[i * 2 + 1], "UTF-8").alias("value"),
+                    ),
+                ),
+            ).alias("headers"),
+        )
+    raise ArchiveError(f"unknown archive layout {layout!r}; use parquet, jsonl or kcat")
+
+
+@dataclass(frozen=True)
+class Selection:
+    topics: tuple[str, ...] = ()
+    start: datetime | None = None
+    end: datetime | None = None
+    offsets: tuple[OffsetRange, ...] = ()
+
+
+def select_records(raw: DataFrame, selection: Selection) -> DataFrame:
+    """Records of the chosen topics, time range [start, end) and offset ranges [start, until)."""
+    condition = F.col("topic").isNotNull() & F.col("partition").isNotNull() & F.col("offset").isNotNull()
+    if selection.topics:
+        condition &= F.col("topic").isin(list(selection.topics))
+    if selection.start:
+        condition &= F.col("timestamp") >= F.lit(selection.start)
+    if selection.end:
+        condition &= F.col("timestamp") < F.lit(selection.end)
+    if selection.offsets:
+        # Partitions named in `offsets` are limited to their ranges; partitions and topics not named are
+        # left out altogether (an explicit offset selection is an exact list of what to replay).
+        in_range = F.lit(False)
+        for r in selection.offsets:
+            in_range |= (
+                (F.col("topic") == r.topic)
+                & (F.col("partition") == r.partition)
+                & (F.col("offset") >= r.start)
+                & (F.col("offset") < r.until)
+            )
+        condition &= in_range
+    return raw.where(condition)
+
+
+def partition_extents(raw: DataFrame) -> list[dict]:
+    """Per topic partition: min/max offset, records (with duplicates) and distinct offsets. Reads coordinates only."""
+    rows = (
+        raw.where(F.col("topic").isNotNull() & F.col("partition").isNotNull() & F.col("offset").isNotNull())
+        .groupBy("topic", "partition")
+        .agg(
+            F.min("offset").alias("min_offset"),
+            F.max("offset").alias("max_offset"),
+            F.count(F.lit(1)).alias("records"),
+            F.count_distinct("offset").alias("distinct_offsets"),
+            F.min("timestamp").alias("min_timestamp"),
+            F.max("timestamp").alias("max_timestamp"),
+        )
+        .orderBy("topic", "partition")
+        .collect()
+    )
+    extents = []
+    for row in rows:
+        extent = row.asDict()
+        extent["duplicates"] = extent["records"] - extent["distinct_offsets"]
+        extent["missing_offsets"] = extent["max_offset"] - extent["min_offset"] + 1 - extent["distinct_offsets"]
+        extents.append(extent)
+    return extents
+
+
+def check_offset_ranges(requested: tuple[OffsetRange, ...], archive_extents: list[dict]) -> None:
+    """An offset range that does not overlap what the archive holds is a parameter error, not an empty run."""
+    held = {(e["topic"], e["partition"]): e for e in archive_extents}
+    for r in requested:
+        extent = held.get((r.topic, r.partition))
+        where = f"parameter offsets.{r.topic}.{r.partition}"
+        if extent is None:
+            partitions = sorted(p for t, p in held if t == r.topic)
+            raise ArchiveError(
+                f"{where}: the archive holds no records of that topic partition"
+                + (f"; partitions present: {partitions}" if partitions else "; the topic is not in the archive")
+            )
+        if r.start > extent["max_offset"] or r.until <= extent["min_offset"]:
+            raise ArchiveError(
+                f"{where}: requested [{r.start}, {r.until}) but the archive holds offsets "
+                f"{extent['min_offset']}..{extent['max_offset']}; choose a range that overlaps them"
+            )
+
+
+def offset_gaps(raw: DataFrame, limit: int = MAX_LISTED_GAPS) -> list[dict]:
+    """The first ``limit`` runs of missing offsets, per topic partition, in order."""
+    from pyspark.sql.window import Window
+
+    window = Window.partitionBy("topic", "partition").orderBy("offset")
+    return [
+        row.asDict()
+        for row in raw.select("topic", "partition", "offset")
+        .distinct()
+        .withColumn("previous", F.lag("offset").over(window))
+        .where(F.col("offset") - F.col("previous") > 1)
+        .select(
+            "topic", "partition", (F.col("previous") + 1).alias("from_offset"), (F.col("offset") - 1).alias("to_offset")
+        )
+        .orderBy("topic", "partition", "from_offset")
+        .limit(limit)
+        .collect()
+    ]
+
+
+def deduplicate(raw: DataFrame) -> DataFrame:
+    """One record per (topic, partition, offset): the same Kafka record archived twice is the same change."""
+    return raw.dropDuplicates(["topic", "partition", "offset"])
+
+
+def build_manifest(files: list[str], extents: list[dict], gaps: list[dict], selection: Selection) -> dict:
+    return {
+        "files": files,
+        "selection": {
+            "topics": list(selection.topics),
+            "start": selection.start.isoformat() if selection.start else None,
+            "end": selection.end.isoformat() if selection.end else None,
+            "offsets": [r.__dict__ for r in selection.offsets],
+        },
+        "partitions": extents,
+        "records": sum(e["records"] for e in extents),
+        "distinct_records": sum(e["distinct_offsets"] for e in extents),
+        "duplicates": sum(e["duplicates"] for e in extents),
+        "missing_offsets": sum(e["missing_offsets"] for e in extents),
+        "gaps": gaps,
+    }

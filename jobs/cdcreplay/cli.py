@@ -1,0 +1,116 @@
+"""`cdcreplay` command: small tools around the Spark jobs.
+
+cdcreplay validate   --config FILE                       check the pipelines file, print what it declares
+cdcreplay run        --config FILE [run options]         replay + reconcile in this process (no Airflow)
+cdcreplay show-table --config FILE --pipeline P --table T [--limit N]   published rows as JSON lines
+cdcreplay report     --config FILE [--run-id ID]         the summary of a run (default: the latest)
+cdcreplay simulate   ...                                  write a simulated archive (see --help)
+cdcreplay benchmark  ...                                  events/s per format (see --help)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from cdcreplay.config import ConfigError, load_config
+
+
+def _json_default(value):
+    if isinstance(value, bytes | bytearray):
+        import base64
+
+        return base64.b64encode(value).decode("ascii")
+    return str(value)
+
+
+def show_table(config_path: str, pipeline: str, table_id: str, limit: int | None, out=sys.stdout) -> int:
+    """Print a published table's rows as JSON lines, columns in table order, rows sorted by key."""
+    import pyarrow.parquet as pq
+
+    from cdcreplay.warehouse import PipelinePaths, published_table_path, read_current
+
+    config = load_config(config_path)
+    config.project.pipeline(pipeline)
+    paths = PipelinePaths(config.warehouse, pipeline)
+    path = published_table_path(paths, table_id)
+    key_columns = read_current(paths)["tables"][table_id].get("key_columns", [])
+    rows = pq.read_table(path).to_pylist()
+    rows.sort(key=lambda row: tuple((row[c] is None, row[c]) for c in key_columns))
+    for row in rows[:limit] if limit else rows:
+        out.write(json.dumps(row, default=_json_default, ensure_ascii=False) + "\n")
+    return 0
+
+
+def latest_run_id(config, pipeline: str) -> str | None:
+    runs = Path(config.warehouse) / pipeline / "runs"
+    if not runs.is_dir():
+        return None
+    candidates = [p for p in runs.iterdir() if (p / "summary.json").is_file()]
+    return max(candidates, key=lambda p: (p / "summary.json").stat().st_mtime).name if candidates else None
+
+
+def report(config_path: str, run_id: str | None) -> int:
+    from cdcreplay.report import render_run
+    from cdcreplay.run_spec import RunSpec
+
+    config = load_config(config_path)
+    for pipeline in config.project.pipelines:
+        chosen = run_id or latest_run_id(config, pipeline.name)
+        if chosen is None:
+            print(f"pipeline {pipeline.name}: no runs yet")
+            continue
+        spec = RunSpec(config=str(config.path), run_id=chosen, pipelines=(pipeline.name,))
+        print(render_run(spec.to_json()))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    command, rest = argv[0], argv[1:]
+    try:
+        if command == "simulate":
+            from cdcreplay.simulator.cli import main as simulate_main
+
+            return simulate_main(rest)
+        if command == "benchmark":
+            from cdcreplay.benchmark import main as benchmark_main
+
+            return benchmark_main(rest)
+        if command == "run":
+            from cdcreplay.entrypoints import reconcile_main, replay_main
+
+            code = replay_main(rest)
+            return code if code else reconcile_main(rest)
+        parser = argparse.ArgumentParser(prog=f"cdcreplay {command}")
+        parser.add_argument("--config", required=True)
+        if command == "validate":
+            config = load_config(parser.parse_args(rest).config)
+            for p in config.project.pipelines:
+                print(f"{p.name}: {p.format} from {config.archive_path(p)} ({p.archive.layout})")
+            print(f"warehouse: {config.warehouse}")
+            return 0
+        if command == "show-table":
+            parser.add_argument("--pipeline", required=True)
+            parser.add_argument("--table", required=True)
+            parser.add_argument("--limit", type=int)
+            args = parser.parse_args(rest)
+            return show_table(args.config, args.pipeline, args.table, args.limit)
+        if command == "report":
+            parser.add_argument("--run-id")
+            args = parser.parse_args(rest)
+            return report(args.config, args.run_id)
+    except (ConfigError, FileNotFoundError, KeyError) as exc:
+        print(f"cdcreplay {command}: {exc}", file=sys.stderr)
+        return 2
+    print(f"cdcreplay: unknown command {command!r}\n{__doc__}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,107 @@
+"""Changelog -> latest state per primary key.
+
+Order within a key: ``(position, partition, offset, row_index)``. The source position decides; the Kafka
+coordinates only break ties (rows of one snapshot share a position) and the row index orders the rows of one
+message. The last event wins:
+  snapshot / insert / update -> the key is live with that event's after image;
+  delete                     -> the key is a tombstone (kept in the state so a late, older event cannot bring it back);
+  truncate (table level)     -> every key whose last event is older than the truncate is a tombstone.
+A primary-key change arrives as a delete of the old key and an insert of the new one, so it needs no special case.
+
+Partial images (a column absent from ``after`` was not carried by the message, unlike a present NULL) are completed
+from the key's earlier images: the image of the last event is laid over the images before it, back to the last
+full image or delete.
+
+Merging is a max over a total order, so it is idempotent and order-independent: compacting (previous state + new
+changes) equals compacting the whole history, and replaying the same range twice changes nothing.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from cdcreplay import schema as S
+
+STATE_EXTRA_DDL = "deleted boolean"
+ORDER_FIELDS = ("position", "partition", "offset", "row_index")
+
+
+def event_order() -> Column:
+    return F.struct(*[F.col(name) for name in ORDER_FIELDS])
+
+
+def _is_partial(after: Column, column_types: Column) -> Column:
+    """An image that lacks some of the columns the message declares."""
+    return F.exists(F.map_keys(column_types), lambda column: ~F.map_contains_key(after, column))
+
+
+def latest_rows(changelog: DataFrame) -> DataFrame:
+    """Per (table_id, key): the last event, partial images completed, with ``deleted``. Changelog columns + deleted."""
+    rows = changelog.where(F.col("op").isin(*S.ROW_OPS) & F.col("key").isNotNull())
+    columns = list(S.CHANGELOG_COLUMNS)
+    last = (
+        rows.groupBy("table_id", "key").agg(F.max_by(F.struct(*columns), event_order()).alias("last")).select("last.*")
+    )
+    last = _complete_partial_images(rows, last)
+    last = _apply_truncates(changelog, last)
+    return last.withColumn("deleted", F.col("op") == S.OP_DELETE)
+
+
+def _complete_partial_images(rows: DataFrame, last: DataFrame) -> DataFrame:
+    partial = last.where((F.col("op") != S.OP_DELETE) & _is_partial(F.col("after"), F.col("column_types")))
+    if partial.isEmpty():
+        return last
+    # Fold the key's images in order, restarting at every delete, so absent columns keep their last known value.
+    history = (
+        rows.join(partial.select("table_id", "key"), ["table_id", "key"])
+        .groupBy("table_id", "key")
+        .agg(F.array_sort(F.collect_list(F.struct(event_order().alias("order"), "op", "after"))).alias("events"))
+    )
+    empty = F.create_map().cast("map<string,string>")
+    merged = history.select(
+        "table_id",
+        "key",
+        F.aggregate(
+            "events",
+            empty,
+            lambda image, event: F.when(event["op"] == S.OP_DELETE, empty).otherwise(
+                F.map_concat(image, F.coalesce(event["after"], empty))
+            ),
+        ).alias("merged_after"),
+    )
+    completed = (
+        last.join(merged, ["table_id", "key"], "left")
+        .withColumn("after", F.coalesce("merged_after", "after"))
+        .drop("merged_after")
+    )
+    return completed.select(*S.CHANGELOG_COLUMNS)
+
+
+def _apply_truncates(changelog: DataFrame, last: DataFrame) -> DataFrame:
+    truncates = (
+        changelog.where(F.col("op") == S.OP_TRUNCATE)
+        .groupBy("table_id")
+        .agg(F.max(event_order()).alias("truncated_at"))
+    )
+    if truncates.isEmpty():
+        return last
+    joined = last.join(F.broadcast(truncates), "table_id", "left")
+    wiped = F.col("truncated_at").isNotNull() & (event_order() < F.col("truncated_at"))
+    return joined.select(
+        *[
+            F.when(wiped, F.lit(S.OP_DELETE)).otherwise(F.col("op")).alias("op")
+            if c == "op"
+            else F.when(wiped, F.lit(None)).otherwise(F.col("after")).alias("after")
+            if c == "after"
+            else F.col(c)
+            for c in S.CHANGELOG_COLUMNS
+        ]
+    )
+
+
+def merge_with_state(previous_state: DataFrame | None, changes: DataFrame) -> DataFrame:
+    """New state from the previous state (changelog columns + deleted) and a run's changes."""
+    if previous_state is None:
+        return latest_rows(changes)
+    return latest_rows(previous_state.select(*S.CHANGELOG_COLUMNS).unionByName(changes.select(*S.CHANGELOG_COLUMNS)))

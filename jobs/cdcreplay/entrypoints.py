@@ -1,0 +1,128 @@
+"""The Spark jobs' command lines: parse arguments, validate, run, print a summary, exit with a meaningful code.
+
+Exit codes: 0 done; 1 the reconciliation verdict is "fail"; 2 a configuration, parameter or archive problem (the
+message names the field and the fix); 3 any other failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from cdcreplay.config import ConfigError, load_config
+from cdcreplay.run_spec import RunSpec, build_run_spec
+
+EXIT_OK, EXIT_VERDICT_FAIL, EXIT_BAD_INPUT, EXIT_ERROR = 0, 1, 2, 3
+
+
+def _parser(description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--run-spec", help="the whole run as JSON (what the Airflow DAG passes)")
+    parser.add_argument("--config", help="pipelines file (when not using --run-spec)")
+    parser.add_argument("--run-id", default="manual", help="names the run's folder under runs/")
+    parser.add_argument("--pipelines", default="", help="comma-separated pipeline names (default: all)")
+    parser.add_argument("--tables", default="", help="comma-separated table ids (default: all)")
+    parser.add_argument("--start", help="ISO-8601 UTC, inclusive")
+    parser.add_argument("--end", help="ISO-8601 UTC, exclusive")
+    parser.add_argument("--offsets", help='JSON: {"topic": {"0": {"start": 0, "until": 100}}}')
+    parser.add_argument("--dry-run", action="store_true", help="list what would be read; decode nothing")
+    parser.add_argument("--full-rebuild", action="store_true", help="ignore the published state and rebuild")
+    return parser
+
+
+def parse_spec(argv: list[str] | None, description: str) -> RunSpec:
+    args = _parser(description).parse_args(argv)
+    if args.run_spec:
+        return RunSpec.from_json(args.run_spec)
+    if not args.config:
+        raise ConfigError("give --run-spec '<json>' or --config <pipelines file>")
+    return build_run_spec(
+        load_config(args.config),
+        run_id=args.run_id,
+        pipelines=args.pipelines,
+        tables=args.tables,
+        start=args.start,
+        end=args.end,
+        offsets=args.offsets,
+        dry_run=args.dry_run,
+        full_rebuild=args.full_rebuild,
+    )
+
+
+def _guarded(body) -> int:
+    from cdcreplay.archive import ArchiveError
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return body()
+    except (ConfigError, ArchiveError) as exc:
+        print(f"cdcreplay: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Exception:  # anything else is a failure of the run, kept apart from a failed verdict (exit 1)
+        logging.getLogger("cdcreplay").exception("run failed")
+        return EXIT_ERROR
+
+
+def replay_main(argv: list[str] | None = None) -> int:
+    def body() -> int:
+        spec = parse_spec(argv, "Replay archived CDC topics into latest-state tables.")
+        config = load_config(spec.config)
+        from cdcreplay.pipeline import run
+        from cdcreplay.report import render_replay
+        from cdcreplay.spark import build_session
+
+        spark = build_session(f"cdcreplay-replay-{spec.run_id}")
+        summaries = run(spark, config, spec)
+        print(render_replay(summaries))
+        return EXIT_OK
+
+    return _guarded(body)
+
+
+def reconcile_main(argv: list[str] | None = None) -> int:
+    def body() -> int:
+        spec = parse_spec(argv, "Reconcile snapshot epochs against the incremental state.")
+        config = load_config(spec.config)
+        from cdcreplay.report import render_reconciliation
+        from cdcreplay.spark import build_session
+
+        if spec.dry_run:
+            print("dry run: nothing was decoded, so there is nothing to reconcile")
+            return EXIT_OK
+        spark = build_session(f"cdcreplay-reconcile-{spec.run_id}")
+        results = reconcile_pipelines(spark, config, spec)
+        print(render_reconciliation(results))
+        return EXIT_VERDICT_FAIL if any(r.get("verdict") == "fail" for r in results) else EXIT_OK
+
+    return _guarded(body)
+
+
+def reconcile_pipelines(spark, config, spec: RunSpec) -> list[dict]:
+    """Reconcile each pipeline of the run; the result is also stored in the run's summary.json."""
+    from cdcreplay.pipeline import load_summary, summary_path
+    from cdcreplay.reconcile import run_reconciliation
+    from cdcreplay.warehouse import write_json_atomically
+
+    results = []
+    names = spec.pipelines or tuple(p.name for p in config.project.pipelines)
+    for name in names:
+        summary = load_summary(config, name, spec.run_id)
+        if summary is None:
+            raise ConfigError(f"pipeline {name}: run {spec.run_id} has no summary; run the replay job first")
+        changelog = summary.get("changelog_path")
+        if not changelog or not Path(changelog).is_dir():
+            result = {"pipeline": name, "verdict": "skipped", "reason": "no changes in this run", "tables": []}
+        else:
+            run_dir = summary_path(config, name, spec.run_id).parent
+            result = {"pipeline": name, **run_reconciliation(spark, run_dir, changelog, summary.get("base_state"))}
+        summary["reconciliation"] = result
+        write_json_atomically(summary_path(config, name, spec.run_id), summary)
+        results.append(result)
+    return results
+
+
+def print_json(document) -> None:
+    print(json.dumps(document, indent=2, sort_keys=True, default=str))

@@ -1,0 +1,239 @@
+"""One pipeline run: read the archive slice, decode, compact onto the previous state, publish, account.
+
+Storage is touched only here (and in warehouse.py); every step in between is DataFrame -> DataFrame.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from cdcreplay import archive, warehouse
+from cdcreplay.compaction import merge_with_state
+from cdcreplay.config import LoadedConfig, PipelineConfig
+from cdcreplay.formats import decoder
+from cdcreplay.formats.common import DECODED_DDL, KIND_CHANGE, KIND_CONTROL, KIND_QUARANTINE
+from cdcreplay.run_spec import RunSpec
+from cdcreplay.schema import CHANGELOG_COLUMNS
+from cdcreplay.tables import TypeConflictError, table_layouts, typed_table, unreadable_values
+
+log = logging.getLogger("cdcreplay")
+
+
+class AccountingError(RuntimeError):
+    """Records read and records accounted for (changelog + control + quarantine) disagree."""
+
+
+def selection_for(pipeline: PipelineConfig, spec: RunSpec) -> archive.Selection:
+    offsets = tuple(r for r in spec.offsets if not pipeline.topics or r.topic in pipeline.topics)
+    return archive.Selection(
+        topics=tuple(pipeline.topics or ()), start=spec.start_time, end=spec.end_time, offsets=offsets
+    )
+
+
+def decoded_path(paths: warehouse.PipelinePaths, run_id: str, kind: str) -> str:
+    return str(paths.run_dir(run_id) / "decoded" / f"record_kind={kind}")
+
+
+def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineConfig, spec: RunSpec) -> dict:
+    """Run one pipeline for ``spec``; return (and write) its summary."""
+    started = time.time()
+    paths = warehouse.PipelinePaths(config.warehouse, pipeline.name)
+    run_dir = paths.run_dir(spec.run_id)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    timings: dict[str, float] = {}
+
+    def lap(stage: str, since: float) -> float:
+        now = time.time()
+        timings[stage] = round(now - since, 3)
+        log.info("pipeline %s: %s done in %.1fs", pipeline.name, stage, now - since)
+        return now
+
+    # -- read: which files, which records, and a manifest of both ------------------------------------------------
+    t = time.time()
+    files = archive.archive_files(config.archive_path(pipeline), pipeline.archive.layout)
+    raw = archive.read_archive(spark, files, pipeline.archive.layout)
+    selection = selection_for(pipeline, spec)
+    if selection.offsets:
+        topics_only = archive.select_records(raw, archive.Selection(topics=selection.topics))
+        archive.check_offset_ranges(selection.offsets, archive.partition_extents(topics_only))
+    selected = archive.select_records(raw, selection)
+    extents = archive.partition_extents(selected)
+    gaps = archive.offset_gaps(selected) if any(e["missing_offsets"] for e in extents) else []
+    manifest = archive.build_manifest(files, extents, gaps, selection)
+    warehouse.write_json_atomically(run_dir / "manifest.json", manifest)
+    t = lap("read", t)
+    if spec.dry_run or manifest["distinct_records"] == 0:
+        # Nothing to decode (a dry run, or an interval with no records): the published state stays as it is.
+        summary = _summary(pipeline, spec, paths, manifest, timings, started, dry_run=spec.dry_run)
+        current = warehouse.read_current(paths)
+        summary["version"] = current["version"] if current else None
+        summary["tables"] = {}
+        warehouse.write_json_atomically(run_dir / "summary.json", summary)
+        return summary
+
+    # -- decode: one pass over the archive, routed to changelog / control / quarantine -----------------------------
+    if manifest["duplicates"]:
+        selected = archive.deduplicate(selected)
+    decoded = decoder(pipeline.format)(selected, pipeline)
+    if spec.tables:
+        decoded = decoded.where((F.col("record_kind") != KIND_CHANGE) | F.col("table_id").isin(list(spec.tables)))
+    decoded.write.mode("overwrite").partitionBy("record_kind").parquet(str(run_dir / "decoded"))
+    kinds = _decoded_counts(spark, paths, spec.run_id)
+    _check_accounting(kinds, manifest, spec)
+    t = lap("decode", t)
+
+    # -- compact onto the previous published state, unless this is a full rebuild ---------------------------------
+    current = warehouse.read_current(paths)
+    base_state = None
+    if current and not spec.full_rebuild:
+        base_state = spark.read.parquet(str(paths.root / current["state"]))
+    changes = _read_decoded(spark, paths, spec.run_id, KIND_CHANGE, changelog_only=True)
+    version = warehouse.new_version(spec.run_id)
+    state = merge_with_state(base_state, changes)
+    state.write.mode("overwrite").partitionBy("table_id").parquet(str(paths.state_dir(version)))
+    state = spark.read.parquet(str(paths.state_dir(version)))
+    t = lap("compact", t)
+
+    # -- typed tables, then one atomic switch of the published pointer ---------------------------------------------
+    layouts = table_layouts(state)
+    tables: dict[str, dict] = {}
+    for table_id, layout in sorted(layouts.items()):
+        broken = unreadable_values(state, layout)
+        if broken:
+            raise TypeConflictError(
+                f"table {table_id}: stored values do not fit the column type in {', '.join(broken)}; "
+                f"declare tables.{table_id}.column_types in the pipeline config"
+            )
+        typed_table(state, layout).write.mode("overwrite").parquet(str(paths.table_dir(version, table_id)))
+    counts = {
+        row.table_id: row.asDict()
+        for row in state.groupBy("table_id")
+        .agg(
+            F.sum((~F.col("deleted")).cast("int")).alias("rows"),
+            F.sum(F.col("deleted").cast("int")).alias("tombstones"),
+        )
+        .collect()
+    }
+    for table_id, layout in layouts.items():
+        tables[table_id] = {
+            "rows": counts[table_id]["rows"],
+            "tombstones": counts[table_id]["tombstones"],
+            "key_columns": list(layout.key_columns),
+            "columns": [list(c) for c in layout.columns],
+            "changes_this_run": kinds["changes_by_table"].get(table_id, 0),
+        }
+    for table_id, row in counts.items():  # tables whose every key is deleted still exist, empty
+        tables.setdefault(table_id, {"rows": 0, "tombstones": row["tombstones"], "key_columns": [], "columns": []})
+    pointer = warehouse.publish(paths, version, tables, spec.run_id, config.project.keep_versions)
+    lap("publish", t)
+
+    summary = _summary(pipeline, spec, paths, manifest, timings, started, dry_run=False)
+    summary.update(
+        {
+            "version": pointer["version"],
+            "base_state": str(paths.root / current["state"]) if base_state is not None else None,
+            "state": str(paths.state_dir(version)),
+            "tables": {
+                tid: {**info, "path": str(paths.root / pointer["tables"][tid]["path"])} for tid, info in tables.items()
+            },
+            "decoded": kinds,
+            "changelog_path": decoded_path(paths, spec.run_id, KIND_CHANGE),
+            "quarantine_path": decoded_path(paths, spec.run_id, KIND_QUARANTINE),
+        }
+    )
+    warehouse.write_json_atomically(run_dir / "summary.json", summary)
+    return summary
+
+
+def _read_decoded(spark: SparkSession, paths, run_id: str, kind: str, changelog_only: bool = False) -> DataFrame:
+    path = decoded_path(paths, run_id, kind)
+    if Path(path).is_dir():
+        frame = spark.read.parquet(path)
+    else:  # no record of this kind in the run: an empty frame of the same shape
+        frame = spark.createDataFrame([], DECODED_DDL).drop("record_kind")
+    return frame.select(*CHANGELOG_COLUMNS) if changelog_only else frame
+
+
+def _decoded_counts(spark: SparkSession, paths, run_id: str) -> dict:
+    decoded = spark.read.parquet(str(paths.run_dir(run_id) / "decoded"))
+    per_kind = (
+        decoded.groupBy("record_kind", "reason", "control_kind", "table_id")
+        .agg(F.count(F.lit(1)).alias("rows"))
+        .collect()
+    )
+    records = decoded.select("topic", "partition", "offset").distinct().count()
+    counts = {
+        "source_records": records,
+        "changelog_rows": 0,
+        "control_rows": 0,
+        "quarantined": 0,
+        "quarantine_by_reason": {},
+        "control_by_kind": {},
+        "changes_by_table": {},
+    }
+    for row in per_kind:
+        if row.record_kind == KIND_CHANGE:
+            counts["changelog_rows"] += row.rows
+            counts["changes_by_table"][row.table_id] = counts["changes_by_table"].get(row.table_id, 0) + row.rows
+        elif row.record_kind == KIND_CONTROL:
+            counts["control_rows"] += row.rows
+            counts["control_by_kind"][row.control_kind] = counts["control_by_kind"].get(row.control_kind, 0) + row.rows
+        elif row.record_kind == KIND_QUARANTINE:
+            counts["quarantined"] += row.rows
+            counts["quarantine_by_reason"][row.reason] = counts["quarantine_by_reason"].get(row.reason, 0) + row.rows
+    return counts
+
+
+def _check_accounting(kinds: dict, manifest: dict, spec: RunSpec) -> None:
+    """Every record read produced a changelog row, a control row or a quarantine row: nothing vanished."""
+    if spec.tables:
+        return  # records of other tables are left out on purpose
+    if kinds["source_records"] != manifest["distinct_records"]:
+        raise AccountingError(
+            f"read {manifest['distinct_records']} distinct records but decoded rows account for "
+            f"{kinds['source_records']}; this is a bug in the decoder: please report it with the run's manifest"
+        )
+
+
+def _summary(pipeline, spec, paths, manifest, timings, started, dry_run: bool) -> dict:
+    return {
+        "pipeline": pipeline.name,
+        "format": pipeline.format,
+        "run_id": spec.run_id,
+        "dry_run": dry_run,
+        "full_rebuild": spec.full_rebuild,
+        "records_read": manifest["records"],
+        "distinct_records": manifest["distinct_records"],
+        "duplicates": manifest["duplicates"],
+        "missing_offsets": manifest["missing_offsets"],
+        "manifest_path": str(paths.run_file(spec.run_id, "manifest.json")),
+        "files": len(manifest["files"]),
+        "timings_s": timings,
+        "elapsed_s": round(time.time() - started, 3),
+    }
+
+
+def run(spark: SparkSession, config: LoadedConfig, spec: RunSpec) -> list[dict]:
+    """Every pipeline the spec names (all when it names none)."""
+    names = spec.pipelines or tuple(p.name for p in config.project.pipelines)
+    summaries = []
+    for name in names:
+        summaries.append(run_pipeline(spark, config, config.project.pipeline(name), spec))
+    return summaries
+
+
+def summary_path(config: LoadedConfig, pipeline: str, run_id: str) -> Path:
+    return warehouse.PipelinePaths(config.warehouse, pipeline).run_file(run_id, "summary.json")
+
+
+def load_summary(config: LoadedConfig, pipeline: str, run_id: str) -> dict | None:
+    try:
+        return json.loads(summary_path(config, pipeline, run_id).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None

@@ -1,0 +1,75 @@
+"""Human-readable summaries of a run, for the job logs, the Airflow report task and the quick start."""
+
+from __future__ import annotations
+
+from cdcreplay.config import load_config
+from cdcreplay.pipeline import load_summary
+from cdcreplay.run_spec import RunSpec
+
+
+def render_replay(summaries: list[dict]) -> str:
+    lines = []
+    for s in summaries:
+        head = f"pipeline {s['pipeline']} ({s['format']}), run {s['run_id']}"
+        if s.get("dry_run"):
+            lines.append(
+                f"{head}: DRY RUN, nothing decoded. Would read {s['records_read']} records from {s['files']} files."
+            )
+            lines.append(f"  manifest: {s['manifest_path']}")
+            continue
+        lines.append(
+            f"{head}: read {s['records_read']} records ({s['duplicates']} duplicates, {s['missing_offsets']} missing "
+            f"offsets) from {s['files']} files in {s['elapsed_s']:.1f}s"
+        )
+        decoded = s.get("decoded")
+        if not decoded:
+            lines.append("  no records in the selected range: the published state is unchanged")
+            continue
+        lines.append(
+            f"  changelog rows {decoded['changelog_rows']}, control rows {decoded['control_rows']}, "
+            f"quarantined {decoded['quarantined']}"
+            + (f" {decoded['quarantine_by_reason']}" if decoded["quarantined"] else "")
+        )
+        lines.append(f"  published version {s['version']}:")
+        for table_id, info in sorted(s["tables"].items()):
+            lines.append(f"    {table_id:40} {info['rows']:>10} rows  {info['tombstones']:>8} deleted keys")
+        if decoded["quarantined"]:
+            lines.append(f"  quarantine: {s['quarantine_path']}")
+        lines.append(f"  manifest: {s['manifest_path']}")
+    return "\n".join(lines)
+
+
+def render_reconciliation(results: list[dict]) -> str:
+    lines = []
+    for r in results:
+        verdict = r.get("verdict", "skipped")
+        lines.append(f"reconciliation of {r['pipeline']}: {verdict.upper()}")
+        if verdict == "skipped":
+            lines.append(f"  {r.get('reason', '')}")
+            continue
+        for t in r.get("tables", []):
+            counts = ", ".join(
+                f"{k} {t[k]}"
+                for k in ("match", "in_flight", "mismatch", "missing_in_incremental", "missing_in_snapshot")
+                if k in t
+            )
+            lines.append(f"  {t['table_id']} epoch {t.get('epoch_no')}: {t.get('verdict')} ({counts})")
+        if r.get("failed_expectations"):
+            lines.append("  failed expectations: " + "; ".join(r["failed_expectations"]))
+        for label, key in (("diff", "diff_path"), ("report", "report_path"), ("data docs", "data_docs_path")):
+            if r.get(key):
+                lines.append(f"  {label}: {r[key]}")
+    return "\n".join(lines)
+
+
+def render_run(spec_json: str) -> str:
+    """End-of-run summary across pipelines, read back from each run's summary.json."""
+    spec = RunSpec.from_json(spec_json)
+    config = load_config(spec.config)
+    names = spec.pipelines or tuple(p.name for p in config.project.pipelines)
+    summaries = [s for s in (load_summary(config, name, spec.run_id) for name in names) if s]
+    parts = [render_replay(summaries)]
+    reconciliations = [s["reconciliation"] for s in summaries if s.get("reconciliation")]
+    if reconciliations:
+        parts.append(render_reconciliation(reconciliations))
+    return "\n".join(parts)

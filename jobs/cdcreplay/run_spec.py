@@ -1,0 +1,167 @@
+"""What one run does: which pipelines and tables, which slice of the archive, and how.
+
+Built from the Airflow Params form (or the command line), validated up front with errors that name the parameter
+and the fix, then passed to the Spark jobs as one JSON argument. No pyspark import here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+
+from cdcreplay.config import SAFE_NAME, ConfigError, LoadedConfig
+
+RUN_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
+
+
+@dataclass(frozen=True)
+class OffsetRange:
+    """Offsets of one topic partition: `start` inclusive, `until` exclusive (Kafka's convention)."""
+
+    topic: str
+    partition: int
+    start: int
+    until: int
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    config: str
+    run_id: str
+    pipelines: tuple[str, ...] = ()
+    tables: tuple[str, ...] = ()
+    start: str | None = None  # ISO-8601 UTC, inclusive
+    end: str | None = None  # ISO-8601 UTC, exclusive
+    offsets: tuple[OffsetRange, ...] = field(default_factory=tuple)
+    dry_run: bool = False
+    full_rebuild: bool = False
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunSpec:
+        data = json.loads(text)
+        data["pipelines"] = tuple(data.get("pipelines") or ())
+        data["tables"] = tuple(data.get("tables") or ())
+        data["offsets"] = tuple(OffsetRange(**item) for item in data.get("offsets") or ())
+        return cls(**data)
+
+    @property
+    def start_time(self) -> datetime | None:
+        return _parse_time(self.start, "start") if self.start else None
+
+    @property
+    def end_time(self) -> datetime | None:
+        return _parse_time(self.end, "end") if self.end else None
+
+
+def safe_run_id(run_id: str) -> str:
+    """Airflow run ids carry ':' and '+'; folder names should not."""
+    cleaned = RUN_ID_UNSAFE.sub("_", run_id).strip("._-")
+    if not cleaned:
+        raise ConfigError(f"run_id {run_id!r} has no usable characters; use letters, digits, '_', '-' or '.'")
+    return cleaned[:150]
+
+
+def _parse_time(value: str, name: str) -> datetime:
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise ConfigError(
+            f"parameter {name}: {value!r} is not an ISO-8601 date or time; use e.g. 2026-01-31 or 2026-01-31T00:00:00Z"
+        ) from exc
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.astimezone(UTC)
+
+
+def _parse_offsets(value) -> tuple[OffsetRange, ...]:
+    """Accept {"topic": {"0": {"start": 0, "until": 100}}} (a dict or its JSON text)."""
+    if value in (None, "", {}):
+        return ()
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"parameter offsets: not valid JSON ({exc.msg}); {OFFSETS_HINT}") from exc
+    if not isinstance(value, dict):
+        raise ConfigError(f"parameter offsets: expected an object keyed by topic; {OFFSETS_HINT}")
+    ranges = []
+    for topic, partitions in value.items():
+        if not isinstance(partitions, dict) or not partitions:
+            raise ConfigError(f"parameter offsets.{topic}: expected an object keyed by partition; {OFFSETS_HINT}")
+        for partition, bounds in partitions.items():
+            where = f"parameter offsets.{topic}.{partition}"
+            try:
+                partition_number = int(partition)
+            except ValueError as exc:
+                raise ConfigError(f"{where}: partition must be a whole number; {OFFSETS_HINT}") from exc
+            if not isinstance(bounds, dict) or set(bounds) != {"start", "until"}:
+                raise ConfigError(f'{where}: expected {{"start": <first offset>, "until": <end, exclusive>}}')
+            start, until = bounds["start"], bounds["until"]
+            if not (isinstance(start, int) and isinstance(until, int)) or start < 0 or until <= start:
+                raise ConfigError(
+                    f"{where}: need whole numbers with 0 <= start < until, got start={start} until={until}"
+                )
+            ranges.append(OffsetRange(topic, partition_number, start, until))
+    return tuple(ranges)
+
+
+OFFSETS_HINT = 'e.g. {"shop.orders": {"0": {"start": 0, "until": 1000}}} (start inclusive, until exclusive)'
+
+
+def _names(value, parameter: str) -> tuple[str, ...]:
+    if value in (None, "", []):
+        return ()
+    if isinstance(value, str):
+        value = [part.strip() for part in value.split(",") if part.strip()]
+    if not isinstance(value, list | tuple) or not all(isinstance(item, str) for item in value):
+        raise ConfigError(f"parameter {parameter}: expected a list of names")
+    for item in value:
+        if not SAFE_NAME.match(item):
+            raise ConfigError(
+                f"parameter {parameter}: {item!r} is not a valid name; use letters, digits, '_', '-' and '.'"
+            )
+    return tuple(value)
+
+
+def build_run_spec(
+    config: LoadedConfig,
+    *,
+    run_id: str,
+    pipelines=None,
+    tables=None,
+    start=None,
+    end=None,
+    offsets=None,
+    dry_run: bool = False,
+    full_rebuild: bool = False,
+) -> RunSpec:
+    """Validate run parameters against the config; raise ConfigError naming the parameter and the fix."""
+    pipeline_names = _names(pipelines, "pipelines")
+    declared = {p.name for p in config.project.pipelines}
+    for name in pipeline_names:
+        if name not in declared:
+            raise ConfigError(
+                f"parameter pipelines: {name!r} is not declared in {config.path}; declared: {', '.join(sorted(declared))}"
+            )
+    start_text = _parse_time(str(start), "start").isoformat() if start else None
+    end_text = _parse_time(str(end), "end").isoformat() if end else None
+    if start_text and end_text and start_text >= end_text:
+        raise ConfigError(f"parameters start/end: start {start_text} must be before end {end_text} (end is exclusive)")
+    if not isinstance(dry_run, bool) or not isinstance(full_rebuild, bool):
+        raise ConfigError("parameters dry_run and full_rebuild must be true or false")
+    return RunSpec(
+        config=str(config.path),
+        run_id=safe_run_id(run_id),
+        pipelines=pipeline_names,
+        tables=_names(tables, "tables"),
+        start=start_text,
+        end=end_text,
+        offsets=_parse_offsets(offsets),
+        dry_run=dry_run,
+        full_rebuild=full_rebuild,
+    )

@@ -1,0 +1,33 @@
+"""One place that builds SparkSessions, so every entry point and test gets the same settings."""
+
+from __future__ import annotations
+
+import os
+
+# pyspark 4.2.0 deadlocks when a Python UDF / mapInArrow reads straight from a vectorized Parquet scan
+# (shared/environment.md). Every Python-side decoder sits on that path, so the row-based reader is used.
+SAFE_DEFAULTS = {
+    "spark.sql.parquet.enableVectorizedReader": "false",
+    "spark.sql.session.timeZone": "UTC",
+    # Overlaying a partial image on a full one (Canal `old` on `data`) is map_concat with the later value winning.
+    "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
+    "spark.sql.sources.partitionOverwriteMode": "dynamic",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.ui.showConsoleProgress": "false",
+}
+
+
+def build_session(app_name: str = "cdcreplay", master: str | None = None, extra: dict | None = None):
+    """Get or create the SparkSession; spark-submit's --master wins when master is None."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    elif not os.environ.get("SPARK_ENV_LOADED") and "spark.master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
+        builder = builder.master(os.environ.get("CDCREPLAY_SPARK_MASTER", "local[*]"))
+    for key, value in {**SAFE_DEFAULTS, **(extra or {})}.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel(os.environ.get("CDCREPLAY_SPARK_LOG_LEVEL", "WARN"))
+    return session

@@ -1,0 +1,135 @@
+"""Where things live in the warehouse, and the atomic publish of a pipeline's tables.
+
+Layout under ``<warehouse>/<pipeline>/``::
+
+    _CURRENT.json                       the published version: which folder holds each table (replaced atomically)
+    versions/<version>/state/           compacted state in changelog form, live rows and tombstones, by table_id
+    versions/<version>/tables/<table>/  the typed latest-state table users read (Parquet)
+    runs/<run_id>/manifest.json         what was read: files, offsets per partition, gaps, duplicates
+    runs/<run_id>/summary.json          counts per stage and table, the published version, the verdict
+    runs/<run_id>/changelog/            this run's decoded changes (input of reconciliation), by table_id
+    runs/<run_id>/quarantine/           records that could not be decoded, with reason and coordinates
+    runs/<run_id>/control/              DDL, transaction markers, tombstones, heartbeats
+    runs/<run_id>/reconcile/            diff/, metrics.json, report.md, data_docs/
+
+A reader never sees a half-written table: a run writes a new ``versions/<version>`` folder and only then swaps
+``_CURRENT.json`` (write to a temporary file, fsync, ``os.replace``). A failed run leaves the previous pointer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+CURRENT_FILE = "_CURRENT.json"
+UNSAFE_PATH_CHARS = re.compile(r"[^A-Za-z0-9_.\-]")
+
+
+def table_folder_name(table_id: str) -> str:
+    """A table id as a folder name: dots kept, anything else unusual escaped as %XX."""
+    return UNSAFE_PATH_CHARS.sub(lambda m: f"%{ord(m.group(0)):02X}", table_id)
+
+
+@dataclass(frozen=True)
+class PipelinePaths:
+    warehouse: str
+    pipeline: str
+
+    @property
+    def root(self) -> Path:
+        return Path(self.warehouse) / self.pipeline
+
+    @property
+    def current_file(self) -> Path:
+        return self.root / CURRENT_FILE
+
+    def version_dir(self, version: str) -> Path:
+        return self.root / "versions" / version
+
+    def state_dir(self, version: str) -> Path:
+        return self.version_dir(version) / "state"
+
+    def table_dir(self, version: str, table_id: str) -> Path:
+        return self.version_dir(version) / "tables" / table_folder_name(table_id)
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.root / "runs" / run_id
+
+    def run_file(self, run_id: str, name: str) -> Path:
+        return self.run_dir(run_id) / name
+
+
+def new_version(run_id: str) -> str:
+    """Versions sort by creation time; the run id keeps them traceable."""
+    return f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%S%fZ')}-{run_id}"[:200]
+
+
+def read_current(paths: PipelinePaths) -> dict | None:
+    """The published pointer, or None before the first publish."""
+    try:
+        return json.loads(paths.current_file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+
+
+def write_json_atomically(path: Path, document: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            json.dump(document, stream, indent=2, sort_keys=True, default=str)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def publish(paths: PipelinePaths, version: str, tables: dict[str, dict], run_id: str, keep_versions: int) -> dict:
+    """Point readers at ``version`` in one atomic step, then drop versions older than the newest ``keep_versions``."""
+    pointer = {
+        "version": version,
+        "run_id": run_id,
+        "published_at": datetime.now(UTC).isoformat(),
+        "state": str(paths.state_dir(version).relative_to(paths.root)),
+        "tables": {
+            table_id: {**info, "path": str(paths.table_dir(version, table_id).relative_to(paths.root))}
+            for table_id, info in sorted(tables.items())
+        },
+    }
+    write_json_atomically(paths.current_file, pointer)
+    _remove_old_versions(paths, keep=keep_versions, protect=version)
+    return pointer
+
+
+def _remove_old_versions(paths: PipelinePaths, keep: int, protect: str) -> None:
+    versions_root = paths.root / "versions"
+    if not versions_root.is_dir():
+        return
+    versions = sorted(p.name for p in versions_root.iterdir() if p.is_dir())
+    for name in versions[: max(0, len(versions) - keep)]:
+        if name != protect:
+            shutil.rmtree(versions_root / name, ignore_errors=True)
+
+
+def published_table_path(paths: PipelinePaths, table_id: str) -> str:
+    """Folder of the published typed table, or a clear error naming what is published."""
+    current = read_current(paths)
+    if current is None:
+        raise FileNotFoundError(f"pipeline {paths.pipeline!r} has not published anything under {paths.root} yet")
+    if table_id not in current["tables"]:
+        known = ", ".join(sorted(current["tables"])) or "(none)"
+        raise KeyError(f"table {table_id!r} is not published by pipeline {paths.pipeline!r}; published: {known}")
+    return str(paths.root / current["tables"][table_id]["path"])
+
+
+def read_table(spark, warehouse: str, pipeline: str, table_id: str):
+    """The published latest-state table as a DataFrame (the documented way to read one from Spark)."""
+    return spark.read.parquet(published_table_path(PipelinePaths(warehouse, pipeline), table_id))

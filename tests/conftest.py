@@ -1,0 +1,32 @@
+"""Shared fixtures: one SparkSession for the whole run (cold start costs ~8 s), paths to test data."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).resolve().parent / "data"
+
+os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # keep Spark on loopback
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from cdcreplay.spark import build_session
+
+    session = build_session(
+        "cdcreplay-tests",
+        master="local[2]",
+        extra={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false", "spark.default.parallelism": "2"},
+    )
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def data_dir() -> Path:
+    return DATA
