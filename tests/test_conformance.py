@@ -152,7 +152,7 @@ def test_debezium_replica_identity_default_falls_back_to_the_kafka_key(spark, tm
     """Postgres REPLICA IDENTITY DEFAULT: updates and deletes come with before = null; the Kafka key names the row."""
     lines = (FLINK / "debezium-postgres-data-replica-identity.txt").read_text(encoding="utf-8").splitlines()
     records = []
-    for offset, line in enumerate(l for l in lines if l.strip()):
+    for offset, line in enumerate(text for text in lines if text.strip()):
         event = json.loads(line)
         row = event["after"] or event["before"]
         # The delete of id 111 has before = after = null: only its Kafka key says which row it removed.

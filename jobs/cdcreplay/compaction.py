@@ -56,7 +56,14 @@ def _complete_partial_images(rows: DataFrame, last: DataFrame) -> DataFrame:
     history = (
         rows.join(partial.select("table_id", "key"), ["table_id", "key"])
         .groupBy("table_id", "key")
-        .agg(F.array_sort(F.collect_list(F.struct(event_order().alias("order"), "op", "after"))).alias("events"))
+        .agg(
+            F.array_sort(
+                F.collect_list(F.struct(event_order().alias("order"), "op", "after")),
+                lambda left, right: (
+                    F.when(left["order"] < right["order"], -1).when(left["order"] > right["order"], 1).otherwise(0)
+                ),
+            ).alias("events")
+        )
     )
     empty = F.create_map().cast("map<string,string>")
     merged = history.select(

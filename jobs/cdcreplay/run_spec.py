@@ -145,9 +145,8 @@ def build_run_spec(
     declared = {p.name for p in config.project.pipelines}
     for name in pipeline_names:
         if name not in declared:
-            raise ConfigError(
-                f"parameter pipelines: {name!r} is not declared in {config.path}; declared: {', '.join(sorted(declared))}"
-            )
+            known = ", ".join(sorted(declared))
+            raise ConfigError(f"parameter pipelines: {name!r} is not declared in {config.path}; declared: {known}")
     start_text = _parse_time(str(start), "start").isoformat() if start else None
     end_text = _parse_time(str(end), "end").isoformat() if end else None
     if start_text and end_text and start_text >= end_text:

@@ -22,7 +22,8 @@ KIND_QUARANTINE = "quarantine"
 TEXT_MAP = "map<string,string>"
 ENTRY_DDL = (
     "record_kind string, op string, control_kind string, reason string, detail string, "
-    "source_db string, source_schema string, source_table string, key_columns array<string>, key_image map<string,string>, "
+    "source_db string, source_schema string, source_table string, "
+    "key_columns array<string>, key_image map<string,string>, "
     "after map<string,string>, before map<string,string>, column_types map<string,string>, "
     "position array<decimal(38,0)>, event_time timestamp, row_index int"
 )

@@ -79,7 +79,9 @@ def decimal_from_base64(value: Column, scale: Column) -> Column:
                         ),
                         F.coalesce(
                             F.try_multiply(
-                                F.conv(F.when((n > 16) & (n <= 32), digits.substr(F.lit(1), n - 16)), 16, 10).cast("decimal(38,0)"),
+                                F.conv(F.when((n > 16) & (n <= 32), digits.substr(F.lit(1), n - 16)), 16, 10).cast(
+                                    "decimal(38,0)"
+                                ),
                                 F.lit(TWO_TO_64).cast("decimal(20,0)"),
                             ),
                             zero,
@@ -190,6 +192,12 @@ def _canonical_image(image: Column, info: Column) -> Column:
     )
 
 
+def _lost_values(converted: Column, raw: Column) -> Column:
+    """Columns whose raw value is present but did not convert."""
+    lost = F.map_keys(F.map_filter(converted, lambda column, value: value.isNull() & raw[column].isNotNull()))
+    return F.coalesce(lost, F.array().cast("array<string>"))
+
+
 def _position(source: Column) -> Column:
     """Connector-specific source position; events of one connector share a shape, so arrays compare correctly."""
     sqlserver_lsn = [
@@ -243,6 +251,11 @@ def decode(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
             info, lambda _c, f: debezium_field_type(f["name"], f["type"], f["scale"], f["precision"])
         ).alias("declared_types"),
     )
+    # A value present in the message that its declared type cannot decode (bad base64, out-of-range date) must
+    # not turn into a silent NULL: the record is quarantined naming the columns.
+    undecodable = F.array_distinct(
+        F.concat(_lost_values(F.col("after_text"), ev["after"]), _lost_values(F.col("before_text"), ev["before"]))
+    )
     source, op = ev["source"], ev["op"]
     after, before, kafka_key, declared_types = (
         F.col("after_text"),
@@ -295,6 +308,18 @@ def decode(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
             ),
         )
         .when(op == "m", single(control(S.CONTROL_MESSAGE, F.to_json(ev["message"]), **identity)))
+        .when(
+            change_op.isNotNull() & (F.size(undecodable) > 0),
+            single(
+                quarantine(
+                    S.REASON_BAD_VALUE,
+                    F.concat(
+                        F.lit("value cannot be decoded with its schema type in column(s): "),
+                        F.array_join(undecodable, ", "),
+                    ),
+                )
+            ),
+        )
         .when(change_op.isNotNull(), single(change))
         .when(
             op.isNotNull(),

@@ -1,0 +1,317 @@
+"""Great Expectations gates: suites versioned as JSON under ``expectations/``, run on Spark DataFrames.
+
+Suites:
+    reconciliation_diff  -- on the reconciliation diff table: every status is ``match`` or ``in_flight``, key not
+                            null, (table_id, epoch_no, key) unique. A failing suite names the offending statuses.
+    latest_state         -- a template for published latest-state tables: key columns not null and (compound)
+                            unique. :func:`validate_latest_state` fills in each table's key columns.
+
+Suite files are GX 1.x suite JSON (``name``, ``expectations: [{type, kwargs, meta}]``, ``meta``, ``notes``) with two
+template conventions (see ``expectations/README.md``): a kwargs value ``"$name"`` is replaced by the parameter
+``name``; an expectation whose ``meta.cdcreplay_for_each`` is ``{"var": "list_param"}`` is repeated once per item of
+the list parameter, with ``"$var"`` bound to the item. ``expect_compound_columns_to_be_unique`` with a single column
+(GX requires two or more) becomes ``expect_column_values_to_be_unique``.
+
+Each run uses an ephemeral GX context (nothing is written to a ``gx/`` project folder). When a Data Docs folder is
+given, the context's expectation and validation-result stores are files under ``<data_docs_dir>/_gx/`` and the site
+is built into ``<data_docs_dir>`` itself, so successive runs into the same folder (the diff suite, then one
+latest-state suite per table, possibly from other processes) all appear in one ``index.html``.
+
+``import great_expectations`` takes seconds, so it is imported inside the functions that need it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+SUITE_RECONCILIATION_DIFF = "reconciliation_diff"
+SUITE_LATEST_STATE = "latest_state"
+_PARAMETER = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9_.\-]")
+
+
+def default_expectations_dir() -> Path:
+    """``$CDCREPLAY_EXPECTATIONS_DIR``, else the repository's ``expectations/`` folder."""
+    configured = os.environ.get("CDCREPLAY_EXPECTATIONS_DIR")
+    return Path(configured) if configured else Path(__file__).resolve().parents[2] / "expectations"
+
+
+@dataclass
+class SuiteResult:
+    suite_name: str
+    success: bool
+    # One line per failed expectation: "<type>(<column(s)>): <n> unexpected of <m> [values]" or "...: error: ...".
+    failed: list[str] = field(default_factory=list)
+    statistics: dict = field(default_factory=dict)
+    results: list[dict] = field(default_factory=list)
+    data_docs_index: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Suite files
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def suite_path(suite_name: str, expectations_dir: Path | str | None = None) -> Path:
+    return Path(expectations_dir or default_expectations_dir()) / f"{suite_name}.json"
+
+
+def load_suite_config(suite_name: str, expectations_dir: Path | str | None = None) -> dict:
+    path = suite_path(suite_name, expectations_dir)
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"expectation suite {suite_name!r} not found: {path} does not exist") from None
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: not valid JSON ({error})") from None
+    if not isinstance(config.get("expectations"), list):
+        raise ValueError(f"{path}: field 'expectations' must be a list of {{type, kwargs}} objects")
+    config["_path"] = str(path)
+    return config
+
+
+def _substitute(value: Any, parameters: dict, where: str) -> Any:
+    if isinstance(value, str):
+        match = _PARAMETER.match(value)
+        if match:
+            if match.group(1) not in parameters:
+                raise ValueError(f"{where}: parameter ${match.group(1)} is not given (have: {sorted(parameters)})")
+            return copy.deepcopy(parameters[match.group(1)])
+        return value
+    if isinstance(value, list):
+        return [_substitute(item, parameters, where) for item in value]
+    if isinstance(value, dict):
+        return {key: _substitute(item, parameters, where) for key, item in value.items()}
+    return value
+
+
+def render_expectations(config: dict, parameters: dict | None = None) -> list[dict]:
+    """The suite's expectations with template parameters filled in (see module docstring)."""
+    parameters = parameters or {}
+    where = config.get("_path", config.get("name", "suite"))
+    rendered = []
+    for index, expectation in enumerate(config["expectations"]):
+        if not isinstance(expectation, dict) or "type" not in expectation:
+            raise ValueError(f"{where}: expectation #{index} needs a 'type' (and 'kwargs')")
+        meta = dict(expectation.get("meta") or {})
+        for_each = meta.get("cdcreplay_for_each") or {}
+        if len(for_each) > 1:
+            raise ValueError(f"{where}: expectation #{index}: cdcreplay_for_each takes one variable")
+        if for_each:
+            ((variable, source),) = for_each.items()
+            items = parameters.get(source)
+            if not isinstance(items, list | tuple):
+                raise ValueError(f"{where}: expectation #{index} repeats over ${source}, which must be given as a list")
+            bindings = [{**parameters, variable: item} for item in items]
+        else:
+            bindings = [parameters]
+        for binding in bindings:
+            kwargs = _substitute(expectation.get("kwargs") or {}, binding, f"{where}: expectation #{index}")
+            kind = expectation["type"]
+            columns = kwargs.get("column_list")
+            if kind == "expect_compound_columns_to_be_unique" and isinstance(columns, list) and len(columns) == 1:
+                kind, kwargs = (
+                    "expect_column_values_to_be_unique",
+                    {
+                        **{k: v for k, v in kwargs.items() if k != "column_list"},
+                        "column": columns[0],
+                    },
+                )
+            rendered.append({"type": kind, "kwargs": kwargs, "meta": meta})
+    return rendered
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Running
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _context(data_docs_dir: Path | None):
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import (
+        DataContextConfig,
+        InMemoryStoreBackendDefaults,
+        ProgressBarsConfig,
+    )
+
+    config = DataContextConfig(
+        store_backend_defaults=InMemoryStoreBackendDefaults(),
+        analytics_enabled=False,
+        progress_bars=ProgressBarsConfig(globally=False),
+    )
+    if data_docs_dir is not None:
+        store_root = Path(data_docs_dir) / "_gx"
+        for store_name, folder in (
+            (config.expectations_store_name, "expectations"),
+            (config.validation_results_store_name, "validations"),
+        ):
+            config.stores[store_name]["store_backend"] = {
+                "class_name": "TupleFilesystemStoreBackend",
+                "base_directory": str(store_root / folder),
+            }
+        config.data_docs_sites = {
+            "local_site": {
+                "class_name": "SiteBuilder",
+                "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(data_docs_dir)},
+                "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+            }
+        }
+    return gx.get_context(mode="ephemeral", project_config=config)
+
+
+def _build_suite(name: str, config: dict, expectations: list[dict]):
+    import great_expectations as gx
+    from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
+
+    where = config.get("_path", name)
+    objects = []
+    for index, expectation in enumerate(expectations):
+        try:
+            objects.append(ExpectationConfiguration(**expectation).to_domain_obj())
+        except Exception as error:  # GX raises pydantic / its own errors; name the file and expectation instead
+            raise ValueError(f"{where}: expectation #{index} {expectation['type']} is invalid: {error}") from None
+    return gx.ExpectationSuite(name=name, expectations=objects, meta=config.get("meta"), notes=config.get("notes"))
+
+
+def _value_text(value: Any) -> str:
+    if isinstance(value, list | tuple):  # compound expectations report a tuple of column values
+        return "(" + ", ".join(map(str, value)) + ")"
+    return str(value)
+
+
+def _describe_failure(kind: str, kwargs: dict, result: dict, exception: dict | None) -> str:
+    if "column" in kwargs:
+        domain = f"column={kwargs['column']}"
+    elif "column_list" in kwargs:
+        domain = f"columns={','.join(map(str, kwargs['column_list']))}"
+    else:
+        domain = ""
+    head = f"{kind}({domain})"
+    if exception and exception.get("raised_exception"):
+        return f"{head}: error: {exception.get('exception_message')}"
+    unexpected = result.get("unexpected_count")
+    if unexpected is None:
+        observed = result.get("observed_value")
+        return f"{head}: failed (observed {observed!r})"
+    text = f"{head}: {unexpected} unexpected of {result.get('element_count')}"
+    counts = [item for item in result.get("partial_unexpected_counts") or [] if item.get("value") is not None]
+    if counts:
+        text += " (" + ", ".join(f"{_value_text(item['value'])}: {item['count']}" for item in counts[:10]) + ")"
+    return text
+
+
+def _safe(name: str) -> str:
+    return _SAFE_NAME.sub("_", name)
+
+
+def run_suite(
+    df,
+    suite_name: str,
+    expectations_dir: Path | str | None = None,
+    data_docs_dir: Path | str | None = None,
+    *,
+    parameters: dict | None = None,
+    suite_label: str | None = None,
+    asset_name: str | None = None,
+    run_name: str | None = None,
+) -> SuiteResult:
+    """Validate Spark DataFrame ``df`` with ``<expectations_dir>/<suite_name>.json`` and summarize the result.
+
+    ``parameters`` fill the suite's template values; ``suite_label`` names the rendered suite (default: the suite
+    name) in the stores and Data Docs, ``asset_name`` the validated data (default: the label). With
+    ``data_docs_dir`` the Data Docs site is (re)built there; open ``index.html``.
+    """
+    import great_expectations as gx
+    from great_expectations.core.run_identifier import RunIdentifier
+
+    config = load_suite_config(suite_name, expectations_dir)
+    label = _safe(suite_label or suite_name)
+    suite = _build_suite(label, config, render_expectations(config, parameters))
+
+    docs = Path(data_docs_dir).resolve() if data_docs_dir is not None else None
+    if docs is not None:
+        docs.mkdir(parents=True, exist_ok=True)
+    context = _context(docs)
+    suite = context.suites.add_or_update(suite)
+    batch_definition = (
+        context.data_sources.add_spark("spark")
+        .add_dataframe_asset(_safe(asset_name or label))
+        .add_batch_definition_whole_dataframe("whole_dataframe")
+    )
+    validation = context.validation_definitions.add(
+        gx.ValidationDefinition(name=f"{label}-validation", data=batch_definition, suite=suite)
+    )
+    actions = [gx.checkpoint.UpdateDataDocsAction(name="update_data_docs")] if docs is not None else []
+    checkpoint = context.checkpoints.add(
+        gx.Checkpoint(
+            name=f"{label}-checkpoint",
+            validation_definitions=[validation],
+            actions=actions,
+            result_format={"result_format": "SUMMARY"},
+        )
+    )
+    run_id = RunIdentifier(run_name=run_name) if run_name else None
+    outcome = checkpoint.run(batch_parameters={"dataframe": df}, run_id=run_id)
+
+    failed: list[str] = []
+    results: list[dict] = []
+    statistics: dict = {}
+    for validation_result in outcome.run_results.values():
+        statistics = dict(validation_result.statistics)
+        for item in validation_result.results:
+            kind = item.expectation_config.type
+            kwargs = {k: v for k, v in item.expectation_config.kwargs.items() if k != "batch_id"}
+            result = dict(item.result or {})
+            exception = dict(item.exception_info or {}) if isinstance(item.exception_info, dict) else None
+            results.append(
+                {
+                    "type": kind,
+                    "kwargs": kwargs,
+                    "success": bool(item.success),
+                    "unexpected_count": result.get("unexpected_count"),
+                    "element_count": result.get("element_count"),
+                    "partial_unexpected_counts": result.get("partial_unexpected_counts"),
+                }
+            )
+            if not item.success:
+                failed.append(_describe_failure(kind, kwargs, result, exception))
+    index = docs / "index.html" if docs is not None else None
+    return SuiteResult(
+        suite_name=label,
+        success=bool(outcome.success),
+        failed=failed,
+        statistics=json.loads(json.dumps(statistics, default=str)),
+        results=json.loads(json.dumps(results, default=str)),
+        data_docs_index=str(index) if index is not None and index.exists() else None,
+    )
+
+
+def validate_latest_state(
+    df,
+    key_columns: list[str],
+    expectations_dir: Path | str | None = None,
+    data_docs_dir: Path | str | None = None,
+    table_id: str | None = None,
+) -> SuiteResult:
+    """Run the ``latest_state`` suite on one published table: key columns not null and (compound) unique."""
+    if not key_columns:
+        raise ValueError(f"validate_latest_state needs the key columns of table {table_id or '(unnamed)'}")
+    label = f"{SUITE_LATEST_STATE}.{table_id}" if table_id else SUITE_LATEST_STATE
+    return run_suite(
+        df,
+        SUITE_LATEST_STATE,
+        expectations_dir,
+        data_docs_dir,
+        parameters={"key_columns": list(key_columns)},
+        suite_label=label,
+        asset_name=table_id or SUITE_LATEST_STATE,
+    )

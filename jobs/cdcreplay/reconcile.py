@@ -1,0 +1,690 @@
+"""Reconcile snapshot loads against the state built from incremental changes.
+
+A CDC source emits two kinds of row events: *snapshot* rows (a full read of the table: Debezium ``op=r``,
+Canal/DTS/DRS ``INIT``, Qlik ``REFRESH``) and *incremental* changes (insert/update/delete, plus table-level
+truncate). If the pipeline lost, duplicated or misapplied a change, the state built from the changes disagrees with
+what a later snapshot read from the database. This module finds those disagreements. Everything here is
+DataFrame -> DataFrame; only :func:`run_reconciliation` touches storage.
+
+Order. Events are totally ordered by the struct ``(position, partition, offset, row_index)`` compared field by field
+(``position`` is an array of decimals compared lexicographically; the Kafka coordinates only break ties). "order"
+below always means that struct. Exact duplicate events (same table, key, op and order: a record archived twice) are
+dropped first.
+
+1. **Snapshot epochs.** The snapshot rows of a table, sorted by order, are split greedily into epochs: a new epoch
+   starts at the first snapshot row whose key already occurred in the current epoch (a resync snapshot re-reads keys
+   the initial one read). Epochs get ``epoch_no`` 1, 2, ... and their first/last order. A key occurs at most once
+   per epoch, by construction.
+2. **Incremental value.** For epoch E and its snapshot row for key k read at order p, the incremental value of k is
+   the latest event for k (partial images merged onto the previous image by
+   :func:`cdcreplay.compaction.latest_rows`) among all the table's rows that are *not snapshot rows of E* with
+   order < p. Snapshot rows of earlier epochs count as state (they are what the table looked like then). The value
+   is *live* unless that event is a delete or a truncate of the table lies after it and before p.
+3. **Comparison.** Column by column over the columns both images carry (a column absent from one image's map was
+   not carried by that message: not comparable, skipped), typed by ``column_types`` (snapshot side first) and
+   compared null-safely: equal when the canonical texts are equal, or when both read back as the same typed value
+   (``"12.5"`` and ``"12.50"`` are the same ``decimal(10,2)``). Types that cannot be cast from text compare as text.
+4. **Statuses.** Snapshot row with a live incremental value: ``match`` or ``mismatch`` (with the differing columns
+   and both values). Snapshot row without one: ``missing_in_incremental``. A key live in the incremental state as
+   of E's last order (events with order < last) that E did not read: ``missing_in_snapshot``. Any non-match key
+   with an insert/update/delete at an order within [first, last] of E -- or any non-match key at all when a truncate
+   of the table lies in that window -- is ``in_flight`` instead: it changed while the snapshot was being taken, so
+   the snapshot's copy and the change stream legitimately disagree about it. (Debezium, for one, stamps every
+   snapshot row with the position where the snapshot started, so a row updated during the snapshot is read with
+   its new value but ordered before the update.)
+5. **Baseline.** The first epoch of a table with no non-snapshot event (insert/update/delete/truncate) before its
+   first row is the baseline: there is nothing to compare it with. It is skipped and reported in the metrics with
+   ``kind="baseline"`` and its row count. Later epochs, and a first epoch preceded by changes (e.g. the base state
+   of an incremental run), are reconciled.
+
+Diff table (:data:`DIFF_DDL`): one row per compared key and epoch, all statuses (users filter), with
+``differing_columns`` (column, snapshot_value, incremental_value as canonical text, sorted by column) and the
+provenance of both sides (topic, partition, offset, position as JSON text; ``incremental_op`` is the op of the
+winning incremental event, or ``truncate`` when a truncate killed it -- its provenance is then the truncate's).
+
+Metrics per (table_id, epoch_no): counts per status, ``snapshot_rows``, ``incremental_rows`` (keys whose
+incremental value is live), first/last order, ``verdict`` ``pass`` when mismatch + missing_in_incremental +
+missing_in_snapshot == 0 else ``fail`` (``baseline`` for skipped baseline epochs).
+
+Implementation note: epochs are found with window functions and a driver loop that runs one small aggregation per
+epoch boundary (epochs are few); reconciliation loops over epoch numbers (epoch n of every table in one pass).
+Nothing collects rows of the changelog to the driver.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from cdcreplay import schema
+
+STATUS_MATCH = "match"
+STATUS_MISMATCH = "mismatch"
+STATUS_MISSING_IN_INCREMENTAL = "missing_in_incremental"
+STATUS_MISSING_IN_SNAPSHOT = "missing_in_snapshot"
+STATUS_IN_FLIGHT = "in_flight"
+STATUSES = (STATUS_MATCH, STATUS_MISMATCH, STATUS_MISSING_IN_INCREMENTAL, STATUS_MISSING_IN_SNAPSHOT, STATUS_IN_FLIGHT)
+FAILING_STATUSES = (STATUS_MISMATCH, STATUS_MISSING_IN_INCREMENTAL, STATUS_MISSING_IN_SNAPSHOT)
+
+VERDICT_PASS = "pass"
+VERDICT_FAIL = "fail"
+VERDICT_BASELINE = "baseline"
+
+ORDER_FIELDS = ("position", "partition", "offset", "row_index")
+
+DIFFERING_COLUMNS_DDL = "array<struct<column: string, snapshot_value: string, incremental_value: string>>"
+DIFF_DDL = (
+    "table_id string, epoch_no int, key string, status string, "
+    f"differing_columns {DIFFERING_COLUMNS_DDL}, "
+    "snapshot_topic string, snapshot_partition int, snapshot_offset bigint, snapshot_position string, "
+    "incremental_op string, incremental_topic string, incremental_partition int, incremental_offset bigint, "
+    "incremental_position string"
+)
+DIFF_COLUMNS = (
+    "table_id",
+    "epoch_no",
+    "key",
+    "status",
+    "differing_columns",
+    "snapshot_topic",
+    "snapshot_partition",
+    "snapshot_offset",
+    "snapshot_position",
+    "incremental_op",
+    "incremental_topic",
+    "incremental_partition",
+    "incremental_offset",
+    "incremental_position",
+)
+
+REPORT_SAMPLE_ROWS = 20
+
+# Spark types whose canonical text is compared as the typed value; anything else (string, or a type that cannot be
+# cast from text) is compared as text, which is exact for canonical text.
+_TYPED_COMPARISON = re.compile(
+    r"^(boolean|tinyint|smallint|int|integer|bigint|long|float|real|double|date|timestamp|timestamp_ntz|"
+    r"timestamp_ltz|binary|decimal\(\s*\d+\s*,\s*\d+\s*\)|decimal)$"
+)
+
+
+@dataclass
+class ReconcileResult:
+    """The diff (cached: the metrics computed it; the caller writes it, then calls ``release``) and the metrics."""
+
+    diff: DataFrame
+    metrics: list[dict] = field(default_factory=list)
+    _cached: DataFrame | None = field(default=None, repr=False)
+
+    def release(self) -> None:
+        """Drop the cached diff once it has been written."""
+        if self._cached is not None:
+            self._cached.unpersist()
+
+
+def event_order() -> Column:
+    """The total order of events: the struct (position, partition, offset, row_index), compared field by field."""
+    return F.struct(*[F.col(name) for name in ORDER_FIELDS])
+
+
+def _order_text(order: Column) -> Column:
+    return F.to_json(order)
+
+
+def _position_text(position: Column) -> Column:
+    # array<decimal(38,0)> -> '[12,345]'; NULL stays NULL.
+    return F.when(position.isNotNull(), F.to_json(position))
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# 1. Snapshot epochs
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def assign_epochs(snapshot_rows: DataFrame) -> DataFrame:
+    """Snapshot rows (with ``_order``) plus ``_epoch_no``: the greedy split described in the module docstring.
+
+    Runs one small aggregation per epoch boundary (epochs are few); no row is collected to the driver.
+    """
+    spark = snapshot_rows.sparkSession
+    ranked = (
+        snapshot_rows.withColumn("_rn", F.row_number().over(Window.partitionBy("table_id").orderBy("_order")))
+        .withColumn("_prev_rn", F.lag("_rn").over(Window.partitionBy("table_id", "key").orderBy("_rn")))
+        .localCheckpoint(eager=True)
+    )
+    # Only a row whose key was read before in the table can open an epoch. Row r opens the epoch after the one
+    # starting at s when it is the first row after s whose key's previous read is at or after s. For the first
+    # epoch (s = 1) that is simply the first re-read key of the table.
+    repeats = ranked.filter(F.col("_prev_rn").isNotNull()).select("table_id", "_rn", "_prev_rn")
+    following = repeats.groupBy("table_id").agg(F.min("_rn").alias("_next")).collect()
+    starts: dict[str, list[int]] = {}
+    while following:
+        current = {row.table_id: row._next for row in following}
+        for table, start in current.items():
+            starts.setdefault(table, [1]).append(start)
+        current_df = spark.createDataFrame(sorted(current.items()), "table_id string, _start int")
+        following = (
+            repeats.join(F.broadcast(current_df), "table_id")
+            .filter((F.col("_rn") > F.col("_start")) & (F.col("_prev_rn") >= F.col("_start")))
+            .groupBy("table_id")
+            .agg(F.min("_rn").alias("_next"))
+            .collect()
+        )
+    # Tables that never re-read a key have a single epoch and no bounds row.
+    bounds = [
+        (table, epoch_no, start, table_starts[epoch_no] if epoch_no < len(table_starts) else None)
+        for table, table_starts in sorted(starts.items())
+        for epoch_no, start in enumerate(table_starts, start=1)
+    ]
+    bounds_df = spark.createDataFrame(bounds, "table_id string, _epoch_no int, _start int, _end int")
+    joined = ranked.join(
+        F.broadcast(bounds_df),
+        (ranked.table_id == bounds_df.table_id)
+        & (ranked._rn >= bounds_df._start)
+        & (bounds_df._end.isNull() | (ranked._rn < bounds_df._end)),
+        "left",
+    )
+    epoch_no = F.coalesce(bounds_df._epoch_no, F.lit(1)).alias("_epoch_no")
+    return joined.select(*[ranked[c] for c in ranked.columns if c not in ("_rn", "_prev_rn")], epoch_no)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# 3. Column comparison
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _values_equal(snapshot_value: Column, incremental_value: Column, spark_type: Column, types: list[str]) -> Column:
+    """Null-safe equality of two canonical texts of one column, typed by ``spark_type``."""
+    from cdcreplay.value_types import typed_value
+
+    text_equal = snapshot_value.eqNullSafe(incremental_value)
+    typed = None
+    for type_name in types:
+        # typed_value reads one entry of a map image; wrap each text in a one-entry map to reuse the shared casting.
+        left = typed_value(F.create_map(F.lit("v"), snapshot_value), "v", type_name)
+        right = typed_value(F.create_map(F.lit("v"), incremental_value), "v", type_name)
+        same = left.isNotNull() & right.isNotNull() & (left == right)
+        typed = F.when(spark_type == type_name, same) if typed is None else typed.when(spark_type == type_name, same)
+    if typed is None:
+        return text_equal
+    return text_equal | F.coalesce(typed.otherwise(F.lit(False)), F.lit(False))
+
+
+def _comparable_types(declared: list[str]) -> list[str]:
+    """The declared types (a handful), normalized, that have a typed comparison."""
+    normalized = {t.strip().lower() for t in declared if t}
+    return sorted(t for t in normalized if _TYPED_COMPARISON.match(t))
+
+
+def _declared_types() -> Column:
+    """Aggregate: the distinct types declared in ``column_types`` of a group of rows."""
+    return F.array_distinct(F.flatten(F.collect_set(F.map_values("column_types"))))
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# 2-4. All reconciled epochs in one pass
+# --------------------------------------------------------------------------------------------------------------------
+
+# latest_rows groups by (table_id, key). Each reconciled epoch needs its own "latest as of" over the same history,
+# so the history is replicated per epoch and the table id replaced by a scope "<table_id> NUL <epoch_no>" for the call.
+_SCOPE_SEPARATOR = "\u0000"
+_SCOPE = ["table_id", "_e"]
+_SCOPED_KEY = ["table_id", "_e", "key"]
+
+
+def _empty_differences() -> Column:
+    return F.from_json(F.lit("[]"), DIFFERING_COLUMNS_DDL)
+
+
+def _differing_columns(types: list[str]) -> Column:
+    """The columns both images carry whose values differ, as sorted (column, snapshot_value, incremental_value)."""
+    snapshot, incremental = F.col("_s_after"), F.col("_i_after")
+
+    def entry(column: Column) -> Column:
+        declared = F.coalesce(F.col("_s_types")[column], F.col("_i_types")[column])
+        return F.struct(
+            column.alias("column"),
+            snapshot[column].alias("snapshot_value"),
+            incremental[column].alias("incremental_value"),
+            F.lower(F.trim(declared)).alias("type"),
+        )
+
+    def differs(item: Column) -> Column:
+        # A column absent from the incremental image was not carried by its message: not comparable.
+        carried = F.map_contains_key(incremental, item["column"])
+        return carried & ~_values_equal(item["snapshot_value"], item["incremental_value"], item["type"], types)
+
+    candidates = F.filter(F.transform(F.map_keys(snapshot), entry), differs)
+    return F.array_sort(
+        F.transform(
+            candidates,
+            lambda item: F.struct(
+                item["column"].alias("column"),
+                item["snapshot_value"].alias("snapshot_value"),
+                item["incremental_value"].alias("incremental_value"),
+            ),
+        )
+    ).cast(DIFFERING_COLUMNS_DDL)
+
+
+def _reconcile_epochs(tagged: DataFrame, epochs: DataFrame, types: list[str]) -> DataFrame:
+    """Diff rows (plus ``_incremental_live``) of every epoch that is not a baseline."""
+    from cdcreplay.compaction import latest_rows
+
+    epoch = F.broadcast(
+        epochs.filter(~F.col("_baseline")).select(
+            "table_id",
+            F.col("_epoch_no").alias("_e"),
+            "_first",
+            "_last",
+            F.concat_ws(_SCOPE_SEPARATOR, F.col("table_id"), F.col("_epoch_no").cast("string")).alias("_scope"),
+            # A truncate while the snapshot was being read makes every non-matching key of the epoch in-flight.
+            F.exists("_truncates", lambda t: t["order"].between(F.col("_first"), F.col("_last"))).alias(
+                "_truncated_in_window"
+            ),
+            "_truncates",
+        )
+    )
+    snapshot = tagged.join(epoch, (tagged.table_id == epoch.table_id) & (tagged._epoch_no == epoch._e)).select(
+        tagged.table_id,
+        epoch._e,
+        tagged.key,
+        F.col("after").alias("_s_after"),
+        F.col("column_types").alias("_s_types"),
+        tagged._order.alias("_s_order"),
+        F.col("topic").alias("snapshot_topic"),
+        F.col("partition").alias("snapshot_partition"),
+        F.col("offset").alias("snapshot_offset"),
+        _position_text(F.col("position")).alias("snapshot_position"),
+    )
+
+    # Everything but the epoch's own snapshot rows is history: changes, base state and other epochs' reads (those
+    # of later epochs are cut off by the order). A key read by the snapshot is compared as of its own read
+    # (order < p); any other key as of the epoch's last read (order < last: the last read is a snapshot row of the
+    # epoch, never an incremental event).
+    history = (
+        tagged.filter((F.col("op") != schema.OP_TRUNCATE) & F.col("key").isNotNull())
+        .join(epoch.drop("_truncates", "_truncated_in_window"), "table_id")
+        .filter(F.col("_epoch_no").isNull() | (F.col("_epoch_no") != F.col("_e")))
+        .filter(F.col("_order") < F.col("_last"))
+        .join(snapshot.select(*_SCOPED_KEY, "_s_order"), _SCOPED_KEY, "left")
+        .withColumn("_cutoff", F.coalesce(F.col("_s_order"), F.col("_last")))
+    )
+    # Keys changed by the stream while the snapshot was being read ([first, last] of the epoch): their snapshot copy
+    # and the change stream may legitimately disagree.
+    touched_keys = (
+        history.filter(F.col("_epoch_no").isNull() & F.col("_order").between(F.col("_first"), F.col("_last")))
+        .select(*_SCOPED_KEY, F.lit(True).alias("_touched"))
+        .distinct()
+    )
+    scoped = history.filter(F.col("_order") < F.col("_cutoff")).select(
+        *[F.col("_scope").alias("table_id") if c == "table_id" else F.col(c) for c in schema.CHANGELOG_COLUMNS]
+    )
+    latest = latest_rows(scoped).withColumnRenamed("table_id", "_scope").withColumn("_order", event_order())
+    incremental = latest.join(epoch.select("_scope", "table_id", "_e"), "_scope").select(
+        *_SCOPED_KEY,
+        F.col("after").alias("_i_after"),
+        F.col("column_types").alias("_i_types"),
+        F.col("deleted").alias("_i_deleted"),
+        F.col("_order").alias("_i_order"),
+        F.col("op").alias("_i_op"),
+        F.col("topic").alias("_i_topic"),
+        F.col("partition").alias("_i_partition"),
+        F.col("offset").alias("_i_offset"),
+        _position_text(F.col("position")).alias("_i_position"),
+    )
+
+    pairs = (
+        snapshot.join(incremental, _SCOPED_KEY, "full")
+        .join(epoch.select("table_id", "_e", "_last", "_truncates", "_truncated_in_window"), _SCOPE)
+        .withColumn("_cutoff", F.coalesce(F.col("_s_order"), F.col("_last")))
+        # The latest truncate after the key's latest event and before the cutoff empties the key.
+        .withColumn(
+            "_truncate",
+            F.array_max(
+                F.filter(
+                    "_truncates",
+                    lambda t: (t["order"] > F.col("_i_order")) & (t["order"] < F.col("_cutoff")),
+                )
+            ),
+        )
+    )
+    killed = F.col("_truncate").isNotNull()
+    live = F.col("_i_order").isNotNull() & ~F.coalesce(F.col("_i_deleted"), F.lit(False)) & ~killed
+    in_snapshot = F.col("_s_order").isNotNull()
+    pairs = pairs.withColumn("_i_live", live).filter(in_snapshot | F.col("_i_live"))
+
+    has_diffs = F.size("_diffs") > 0
+    plain_status = (
+        F.when(~in_snapshot, F.lit(STATUS_MISSING_IN_SNAPSHOT))
+        .when(~F.col("_i_live"), F.lit(STATUS_MISSING_IN_INCREMENTAL))
+        .when(has_diffs, F.lit(STATUS_MISMATCH))
+        .otherwise(F.lit(STATUS_MATCH))
+    )
+    changed_during_snapshot = F.coalesce(F.col("_touched"), F.lit(False)) | F.col("_truncated_in_window")
+
+    def incremental_side(field: str) -> Column:
+        # Provenance of the incremental value: its winning event, or the truncate that emptied the key.
+        return F.when(killed, F.col(f"_truncate.{field}")).otherwise(F.col(f"_i_{field}"))
+
+    return (
+        pairs.withColumn(
+            "_diffs",
+            F.when(in_snapshot & F.col("_i_live"), _differing_columns(types)).otherwise(_empty_differences()),
+        )
+        .join(touched_keys, _SCOPED_KEY, "left")
+        .withColumn("_plain_status", plain_status)
+        .select(
+            "table_id",
+            F.col("_e").cast("int").alias("epoch_no"),
+            "key",
+            F.when((F.col("_plain_status") != STATUS_MATCH) & changed_during_snapshot, F.lit(STATUS_IN_FLIGHT))
+            .otherwise(F.col("_plain_status"))
+            .alias("status"),
+            F.col("_diffs").alias("differing_columns"),
+            "snapshot_topic",
+            "snapshot_partition",
+            "snapshot_offset",
+            "snapshot_position",
+            F.when(killed, F.lit(schema.OP_TRUNCATE)).otherwise(F.col("_i_op")).alias("incremental_op"),
+            incremental_side("topic").alias("incremental_topic"),
+            incremental_side("partition").alias("incremental_partition"),
+            incremental_side("offset").alias("incremental_offset"),
+            incremental_side("position").alias("incremental_position"),
+            F.col("_i_live").alias("_incremental_live"),
+        )
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Public API
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def prepare_changelog(changelog_df: DataFrame) -> DataFrame:
+    """The changelog columns in contract order and types, exact duplicate events dropped, plus ``_order``."""
+    contract = schema.struct_type(schema.CHANGELOG_DDL)
+    df = changelog_df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in contract.fields])
+    # The same record archived twice is the same event; it must not open a snapshot epoch of its own.
+    df = df.dropDuplicates(["table_id", "key", "op", *ORDER_FIELDS])
+    return df.withColumn("_order", event_order())
+
+
+def reconcile(changelog_df: DataFrame) -> ReconcileResult:
+    """Reconcile every snapshot epoch of every table in ``changelog_df`` (changelog contract). See module docstring."""
+    spark = changelog_df.sparkSession
+    events = prepare_changelog(changelog_df)
+    snapshots = assign_epochs(events.filter(F.col("op") == schema.OP_SNAPSHOT))
+    # Every event once, snapshot rows tagged with their epoch. Checkpointed: each epoch's plan reads it several
+    # times, and a short lineage keeps those plans small.
+    tagged = (
+        events.filter(F.col("op") != schema.OP_SNAPSHOT)
+        .withColumn("_epoch_no", F.lit(None).cast("int"))
+        .unionByName(snapshots)
+        .localCheckpoint(eager=True)
+    )
+
+    first_change = (
+        tagged.filter(F.col("_epoch_no").isNull())
+        .groupBy("table_id")
+        .agg(
+            F.min("_order").alias("_first_change"),
+            _declared_types().alias("_change_types"),
+            # Truncates are few: per table, their orders and provenance, carried along with the epochs.
+            F.collect_list(
+                F.when(
+                    F.col("op") == schema.OP_TRUNCATE,
+                    F.struct(
+                        F.col("_order").alias("order"),
+                        F.col("topic").alias("topic"),
+                        F.col("partition").alias("partition"),
+                        F.col("offset").alias("offset"),
+                        _position_text(F.col("position")).alias("position"),
+                    ),
+                )
+            ).alias("_truncates"),
+        )
+    )
+    epochs_query = (
+        tagged.filter(F.col("_epoch_no").isNotNull())
+        .groupBy("table_id", "_epoch_no")
+        .agg(
+            F.min("_order").alias("_first"),
+            F.max("_order").alias("_last"),
+            F.count("*").alias("_rows"),
+            _declared_types().alias("_snapshot_types"),
+        )
+        .join(first_change, "table_id", "left")
+        .select(
+            "table_id",
+            "_epoch_no",
+            "_first",
+            "_last",
+            "_rows",
+            # The baseline: a table's first epoch with no change (of any key) before its first read.
+            (
+                (F.col("_epoch_no") == 1)
+                & (F.col("_first_change").isNull() | (F.col("_first_change") > F.col("_first")))
+            ).alias("_baseline"),
+            _order_text(F.col("_first")).alias("_first_text"),
+            _order_text(F.col("_last")).alias("_last_text"),
+            F.concat(F.col("_snapshot_types"), F.coalesce(F.col("_change_types"), F.array())).alias("_types"),
+            F.coalesce(F.col("_truncates"), F.array()).alias("_truncates"),
+        )
+        .orderBy("table_id", "_epoch_no")
+    )
+    epoch_rows = epochs_query.collect()  # one row per epoch
+
+    epochs = spark.createDataFrame(epoch_rows, epochs_query.schema).drop("_types")
+    if any(not row._baseline for row in epoch_rows):
+        types = _comparable_types([t for row in epoch_rows if not row._baseline for t in row._types])
+        internal = _reconcile_epochs(tagged, epochs, types)
+    else:
+        internal = spark.createDataFrame([], f"{DIFF_DDL}, _incremental_live boolean")
+    internal = internal.persist(StorageLevel.MEMORY_AND_DISK)
+
+    # This aggregation computes (and caches) the whole diff.
+    counts = {
+        (row.table_id, row.epoch_no): row.asDict()
+        for row in internal.groupBy("table_id", "epoch_no")
+        .agg(
+            *[F.sum((F.col("status") == status).cast("long")).alias(status) for status in STATUSES],
+            F.sum(F.col("_incremental_live").cast("long")).alias("incremental_rows"),
+        )
+        .collect()
+    }
+    metrics = []
+    for epoch in epoch_rows:
+        row = counts.get((epoch.table_id, epoch._epoch_no), {})
+        entry = {
+            "table_id": epoch.table_id,
+            "epoch_no": epoch._epoch_no,
+            "kind": "baseline" if epoch._baseline else "reconciled",
+            "first_order": epoch._first_text,
+            "last_order": epoch._last_text,
+            "snapshot_rows": int(epoch._rows),
+            "incremental_rows": int(row.get("incremental_rows") or 0),
+            **{status: int(row.get(status) or 0) for status in STATUSES},
+        }
+        if epoch._baseline:
+            entry["verdict"] = VERDICT_BASELINE
+        else:
+            failing = sum(entry[status] for status in FAILING_STATUSES)
+            entry["verdict"] = VERDICT_PASS if failing == 0 else VERDICT_FAIL
+        metrics.append(entry)
+    return ReconcileResult(diff=internal.select(*DIFF_COLUMNS), metrics=metrics, _cached=internal)
+
+
+def read_changelog(spark: SparkSession, changelog_path: str | list[str], base_state_path: str | None = None):
+    """The run's changelog Parquet, plus the base state (earlier history) relabelled as incremental events."""
+    contract = schema.struct_type(schema.CHANGELOG_DDL)
+    paths = [changelog_path] if isinstance(changelog_path, str | Path) else list(changelog_path)
+    columns = [F.col(f.name).cast(f.dataType).alias(f.name) for f in contract.fields]
+    changelog = spark.read.parquet(*[str(p) for p in paths]).select(*columns)
+    if not base_state_path:
+        return changelog
+    base = spark.read.parquet(str(base_state_path))
+    # The base state is the compacted result of earlier runs: one row per key, tombstones flagged `deleted`.
+    # A row whose winning event was a snapshot read is still plain state here, not part of any epoch of this run:
+    # relabel it as an insert (its image is complete) and tombstones as deletes.
+    deleted = F.coalesce(F.col("deleted"), F.lit(False)) if "deleted" in base.columns else F.lit(False)
+    base = base.withColumn(
+        "op",
+        F.when(deleted, F.lit(schema.OP_DELETE))
+        .when(F.col("op") == schema.OP_SNAPSHOT, F.lit(schema.OP_INSERT))
+        .otherwise(F.col("op")),
+    ).select(*columns)
+    return base.unionByName(changelog)
+
+
+def _failing_counts(entry: dict) -> str:
+    parts = [f"{entry[s]} {s}" for s in (*FAILING_STATUSES, STATUS_IN_FLIGHT) if entry.get(s)]
+    return ", ".join(parts) or "no differences"
+
+
+def _markdown_cell(value) -> str:
+    text = "" if value is None else str(value)
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _render_report(summary: dict, metrics: list[dict], sample: list[dict], suite: dict) -> str:
+    lines = [
+        "# Reconciliation report",
+        "",
+        f"**Verdict: {summary['verdict'].upper()}**  ",
+        f"Generated {summary['generated_at']}.",
+        "",
+        summary["headline"],
+        "",
+        "## Counts per table and snapshot epoch",
+        "",
+        "| table | epoch | kind | verdict | snapshot rows | incremental rows | match | mismatch "
+        "| missing_in_incremental | missing_in_snapshot | in_flight |",
+        "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for m in metrics:
+        lines.append(
+            f"| {_markdown_cell(m['table_id'])} | {m['epoch_no']} | {m['kind']} | {m['verdict']} "
+            f"| {m['snapshot_rows']} | {m['incremental_rows']} | {m['match']} | {m['mismatch']} "
+            f"| {m['missing_in_incremental']} | {m['missing_in_snapshot']} | {m['in_flight']} |"
+        )
+    if not metrics:
+        lines.append("| (no snapshot epochs in this run) | | | | | | | | | | |")
+    lines += ["", f"## First {REPORT_SAMPLE_ROWS} non-matching rows", ""]
+    if sample:
+        lines += [
+            "| table | epoch | key | status | differing columns (snapshot / incremental) | snapshot at "
+            "| incremental at |",
+            "|---|---:|---|---|---|---|---|",
+        ]
+        for row in sample:
+            diffs = "; ".join(
+                f"{d['column']}: {d['snapshot_value']!r} / {d['incremental_value']!r}"
+                for d in row["differing_columns"] or []
+            )
+            snap = (
+                f"{row['snapshot_topic']}[{row['snapshot_partition']}]@{row['snapshot_offset']}"
+                if row["snapshot_topic"] is not None or row["snapshot_offset"] is not None
+                else ""
+            )
+            inc = (
+                f"{row['incremental_op']} {row['incremental_topic']}[{row['incremental_partition']}]"
+                f"@{row['incremental_offset']}"
+                if row["incremental_op"] is not None
+                else ""
+            )
+            lines.append(
+                f"| {_markdown_cell(row['table_id'])} | {row['epoch_no']} | {_markdown_cell(row['key'])} "
+                f"| {row['status']} | {_markdown_cell(diffs)} | {_markdown_cell(snap)} | {_markdown_cell(inc)} |"
+            )
+    else:
+        lines.append("None: every compared key matched.")
+    lines += ["", "## Great Expectations", ""]
+    lines.append(f"Suite `{suite['suite_name']}`: {'passed' if suite['success'] else 'FAILED'}.")
+    for failure in suite["failed"]:
+        lines.append(f"- {failure}")
+    lines += [
+        "",
+        "## Where things are",
+        "",
+        f"- Diff table (Parquet, all statuses): `{summary['diff_path']}`",
+        f"- Metrics: `{summary['metrics_path']}`",
+        f"- Data Docs: `{summary['data_docs_path']}`",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def run_reconciliation(
+    spark: SparkSession,
+    run_dir: Path,
+    changelog_path: str | list[str],
+    base_state_path: str | None = None,
+    expectations_dir: Path | None = None,
+) -> dict:
+    """Reconcile a run's changelog, write ``run_dir/reconcile/{diff/,metrics.json,report.md,data_docs/}``.
+
+    Returns ``{verdict, headline, tables, diff_path, metrics_path, report_path, data_docs_path,
+    failed_expectations, generated_at}``; ``verdict`` is ``fail`` when any epoch has mismatch/missing rows or the
+    ``reconciliation_diff`` suite fails.
+    """
+    from cdcreplay import quality
+    from cdcreplay.warehouse import write_json_atomically
+
+    out = Path(run_dir) / "reconcile"
+    diff_path = out / "diff"
+    data_docs = out / "data_docs"
+    out.mkdir(parents=True, exist_ok=True)
+
+    result = reconcile(read_changelog(spark, changelog_path, base_state_path))
+    try:
+        result.diff.write.mode("overwrite").parquet(str(diff_path))
+    finally:
+        result.release()
+    written = spark.read.parquet(str(diff_path))
+
+    suite = quality.run_suite(
+        written, "reconciliation_diff", expectations_dir=expectations_dir, data_docs_dir=data_docs
+    ).to_dict()
+    sample = [
+        row.asDict(recursive=True)
+        for row in written.filter(F.col("status") != STATUS_MATCH)
+        .orderBy("table_id", "epoch_no", "status", "key")
+        .limit(REPORT_SAMPLE_ROWS)
+        .collect()
+    ]
+
+    failing_epochs = [m for m in result.metrics if m["verdict"] == VERDICT_FAIL]
+    verdict = VERDICT_FAIL if failing_epochs or not suite["success"] else VERDICT_PASS
+    if failing_epochs:
+        headline = "Reconciliation FAILED: " + "; ".join(
+            f"{m['table_id']} epoch {m['epoch_no']}: {_failing_counts(m)}" for m in failing_epochs
+        )
+    elif not suite["success"]:
+        headline = "Reconciliation FAILED: suite reconciliation_diff: " + "; ".join(suite["failed"])
+    else:
+        reconciled = [m for m in result.metrics if m["kind"] == "reconciled"]
+        headline = (
+            f"Reconciliation passed: {len(reconciled)} snapshot epoch(s) reconciled, "
+            f"{sum(m['kind'] == 'baseline' for m in result.metrics)} baseline epoch(s) skipped."
+        )
+    summary = {
+        "verdict": verdict,
+        "headline": f"{headline} Diff: {diff_path}",
+        "generated_at": datetime.now(UTC).isoformat(),
+        "tables": result.metrics,
+        "diff_path": str(diff_path),
+        "metrics_path": str(out / "metrics.json"),
+        "report_path": str(out / "report.md"),
+        "data_docs_path": str(data_docs / "index.html"),
+        "failed_expectations": suite["failed"],
+    }
+    write_json_atomically(out / "metrics.json", {**summary, "suite": suite})
+    report = out / "report.md"
+    report.write_text(_render_report(summary, result.metrics, sample, suite), encoding="utf-8")
+    return summary

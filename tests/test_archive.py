@@ -1,0 +1,163 @@
+"""Archive layouts read to the same records; selection, manifest, gaps, duplicates and every error path."""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import UTC, datetime
+
+import pytest
+from archive_helpers import Record, write_parquet
+from cdcreplay import archive
+from cdcreplay.run_spec import OffsetRange
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def sample_records() -> list[Record]:
+    records = []
+    for partition in (0, 1):
+        for offset in range(5):
+            records.append(
+                Record(
+                    "shop",
+                    partition,
+                    offset,
+                    f'{{"p": {partition}, "o": {offset}}}',
+                    key=f"k{offset}",
+                    timestamp=T0.replace(hour=offset),
+                    headers=[("h", f"v{offset}")],
+                )
+            )
+    records.append(Record("other", 0, 0, "{}", timestamp=T0))
+    return records
+
+
+def as_tuples(frame):
+    return sorted(
+        (r.topic, r.partition, r.offset, r.timestamp, r.key, r.value, tuple((h.key, h.value) for h in r.headers or ()))
+        for r in frame.collect()
+    )
+
+
+def write_jsonl(records, path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as out:
+        for r in records:
+            b64 = lambda v: None if v is None else base64.b64encode(v.encode()).decode()  # noqa: E731
+            out.write(
+                json.dumps(
+                    {
+                        "topic": r.topic,
+                        "partition": r.partition,
+                        "offset": r.offset,
+                        "timestamp": r.timestamp.isoformat().replace("+00:00", "Z"),
+                        "timestampType": 0,
+                        "key": b64(r.key),
+                        "value": b64(r.value),
+                        "headers": [{"key": k, "value": b64(v)} for k, v in r.headers],
+                    }
+                )
+                + "\n"
+            )
+
+
+def write_kcat(records, path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as out:
+        for r in records:
+            headers = [x for k, v in r.headers for x in (k, v)]
+            line = {
+                "topic": r.topic,
+                "partition": r.partition,
+                "offset": r.offset,
+                "tstype": "create",
+                "ts": int(r.timestamp.timestamp() * 1000),
+                "broker": 0,
+                "key": r.key,
+                "payload": r.value,
+            }
+            if headers:
+                line["headers"] = headers
+            out.write(json.dumps(line) + "\n")
+
+
+def test_three_layouts_read_to_identical_records(spark, tmp_path):
+    records = sample_records()
+    write_parquet(records, tmp_path / "pq" / "topic=shop" / "part-0.parquet")
+    write_jsonl(records, tmp_path / "jl" / "dt=2026-01-01" / "records.jsonl")
+    write_kcat(records, tmp_path / "kc" / "dump.json")
+    frames = {
+        layout: archive.read_archive(spark, archive.archive_files(str(tmp_path / folder), layout), layout)
+        for layout, folder in (("parquet", "pq"), ("jsonl", "jl"), ("kcat", "kc"))
+    }
+    expected = as_tuples(frames["parquet"])
+    assert len(expected) == 11
+    assert expected[0] == ("other", 0, 0, T0.replace(tzinfo=None), None, b"{}", ())
+    assert as_tuples(frames["jsonl"]) == expected
+    assert as_tuples(frames["kcat"]) == expected
+
+
+def test_selection_by_topic_time_and_offsets(spark, tmp_path):
+    path = write_parquet(sample_records(), tmp_path / "a.parquet")
+    raw = archive.read_archive(spark, [str(path)], "parquet")
+    by_time = archive.Selection(topics=("shop",), start=T0.replace(hour=1), end=T0.replace(hour=3))
+    got = sorted((r.partition, r.offset) for r in archive.select_records(raw, by_time).collect())
+    assert got == [(0, 1), (0, 2), (1, 1), (1, 2)]  # start inclusive, end exclusive
+    by_offsets = archive.Selection(offsets=(OffsetRange("shop", 1, 3, 5),))
+    got = sorted((r.topic, r.partition, r.offset) for r in archive.select_records(raw, by_offsets).collect())
+    assert got == [("shop", 1, 3), ("shop", 1, 4)]
+
+
+def test_manifest_counts_duplicates_once_and_reports_gaps(spark, tmp_path):
+    records = [Record("t", 0, o, "{}") for o in (0, 1, 2, 2, 5, 6, 9)]
+    path = write_parquet(records, tmp_path / "a.parquet")
+    raw = archive.read_archive(spark, [str(path)], "parquet")
+    extents = archive.partition_extents(raw)
+    gaps = archive.offset_gaps(raw)
+    manifest = archive.build_manifest([str(path)], extents, gaps, archive.Selection())
+    assert manifest["records"] == 7 and manifest["distinct_records"] == 6 and manifest["duplicates"] == 1
+    assert manifest["missing_offsets"] == 4
+    assert gaps == [
+        {"topic": "t", "partition": 0, "from_offset": 3, "to_offset": 4},
+        {"topic": "t", "partition": 0, "from_offset": 7, "to_offset": 8},
+    ]
+    assert archive.deduplicate(raw).count() == 6
+
+
+def test_missing_path_names_the_config_field(tmp_path):
+    with pytest.raises(archive.ArchiveError, match=r"does not exist; fix archive.path"):
+        archive.archive_files(str(tmp_path / "nope"), "parquet")
+
+
+def test_empty_archive_folder_is_a_clear_error(tmp_path):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "_SUCCESS").write_text("")
+    with pytest.raises(archive.ArchiveError, match=r"holds no parquet files .*check archive.path and archive.layout"):
+        archive.archive_files(str(tmp_path / "empty"), "parquet")
+
+
+def test_parquet_without_kafka_columns_is_a_clear_error(spark, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "wrong.parquet"
+    pq.write_table(pa.table({"id": [1], "payload": ["x"]}), path)
+    with pytest.raises(
+        archive.ArchiveError, match=r"lacks column\(s\) topic, partition, offset, timestamp, key, value"
+    ):
+        archive.read_archive(spark, [str(path)], "parquet")
+
+
+def test_offset_range_outside_the_archive_is_rejected(spark, tmp_path):
+    path = write_parquet(sample_records(), tmp_path / "a.parquet")
+    extents = archive.partition_extents(archive.read_archive(spark, [str(path)], "parquet"))
+    with pytest.raises(
+        archive.ArchiveError, match=r"offsets.shop.0: requested \[10, 20\) but the archive holds offsets 0..4"
+    ):
+        archive.check_offset_ranges((OffsetRange("shop", 0, 10, 20),), extents)
+    with pytest.raises(archive.ArchiveError, match=r"offsets.shop.7: .*partitions present: \[0, 1\]"):
+        archive.check_offset_ranges((OffsetRange("shop", 7, 0, 1),), extents)
+    with pytest.raises(archive.ArchiveError, match=r"the topic is not in the archive"):
+        archive.check_offset_ranges((OffsetRange("nope", 0, 0, 1),), extents)
+    archive.check_offset_ranges((OffsetRange("shop", 0, 3, 50),), extents)  # overlapping is fine

@@ -1,0 +1,161 @@
+"""Broken and hostile messages never crash a run and never vanish: each becomes a quarantine row with a reason and
+its Kafka coordinates, and the run's accounting adds up. Every case runs through the real job entry point."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+from archive_helpers import Record, pipeline_config, write_parquet
+from cdcreplay.entrypoints import EXIT_BAD_INPUT, EXIT_OK, replay_main
+
+GOOD_DEBEZIUM = {
+    "before": None,
+    "after": {"id": 1, "name": "a"},
+    "source": {"db": "shop", "table": "items", "file": "mysql-bin.000001", "pos": 4, "row": 0, "ts_ms": 1},
+    "op": "c",
+    "ts_ms": 1,
+}
+
+DEBEZIUM_CASES = [
+    ("truncated json", '{"before": null, "after": {"id": 2', None, "not_json"),
+    ("not json", "hello, world", None, "not_json"),
+    ("json array", "[1, 2, 3]", None, "not_json"),
+    ("not utf-8", b"\xff\xfe\x00garbage", None, "not_utf8"),
+    ("unknown op", json.dumps({**GOOD_DEBEZIUM, "op": "x"}), '{"id": 3}', "unknown_op"),
+    ("no op, no control shape", json.dumps({"hello": "world"}), None, "unknown_op"),
+    ("missing key", json.dumps({**GOOD_DEBEZIUM, "after": {"name": "no id"}}), None, "missing_key"),
+    ("missing table", json.dumps({**GOOD_DEBEZIUM, "source": {"db": "shop"}}), '{"id": 4}', "missing_table"),
+    ("insert without after", json.dumps({**GOOD_DEBEZIUM, "after": None}), '{"id": 5}', "missing_image"),
+    (
+        "bad decimal bytes",
+        json.dumps(
+            {
+                "schema": {
+                    "fields": [
+                        {
+                            "field": "after",
+                            "fields": [
+                                {"field": "id", "type": "int32"},
+                                {
+                                    "field": "price",
+                                    "type": "bytes",
+                                    "name": "org.apache.kafka.connect.data.Decimal",
+                                    "parameters": {"scale": "2"},
+                                },
+                            ],
+                        }
+                    ]
+                },
+                "payload": {**GOOD_DEBEZIUM, "after": {"id": 6, "price": "%%%not base64"}},
+            }
+        ),
+        '{"id": 6}',
+        "bad_value",
+    ),
+    (
+        "huge timestamp",
+        json.dumps(
+            {
+                **GOOD_DEBEZIUM,
+                "after": {"id": 7},
+                "ts_ms": 10**18,
+                "source": {**GOOD_DEBEZIUM["source"], "ts_ms": 10**18, "pos": "x"},
+            }
+        ),
+        '{"id": 7}',
+        None,
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def hostile_run(spark, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("hostile")
+    records = [Record("shop.items", 0, 0, json.dumps(GOOD_DEBEZIUM), key='{"id": 1}')]
+    for offset, (_, value, key, _) in enumerate(DEBEZIUM_CASES, start=1):
+        records.append(Record("shop.items", 0, offset, value, key=key))
+    write_parquet(records, tmp / "archive" / "part-0.parquet")
+    config = pipeline_config(tmp, "hostile", "debezium-json", tmp / "archive")
+    code = replay_main(["--config", str(config), "--run-id", "r1"])
+    run_dir = tmp / "warehouse" / "hostile" / "runs" / "r1"
+    return code, run_dir, tmp
+
+
+def test_the_run_succeeds_despite_bad_messages(hostile_run):
+    code, run_dir, _ = hostile_run
+    assert code == EXIT_OK
+    summary = json.loads((run_dir / "summary.json").read_text())
+    # Every record read is accounted for: 1 good + the cases (the huge-timestamp one is applied, not quarantined).
+    assert summary["distinct_records"] == len(DEBEZIUM_CASES) + 1
+    assert summary["decoded"]["source_records"] == summary["distinct_records"]
+    expected_quarantine = len([c for c in DEBEZIUM_CASES if c[3]])
+    assert summary["decoded"]["quarantined"] == expected_quarantine
+    assert summary["tables"]["shop.items"]["rows"] == 2  # ids 1 and 7
+
+
+@pytest.mark.parametrize("case", [c for c in DEBEZIUM_CASES if c[3]], ids=lambda c: c[0])
+def test_each_bad_message_is_quarantined_with_reason_and_coordinates(hostile_run, case):
+    _, run_dir, _ = hostile_run
+    rows = pq.read_table(run_dir / "decoded" / "record_kind=quarantine").to_pylist()
+    offset = DEBEZIUM_CASES.index(case) + 1
+    [row] = [r for r in rows if r["offset"] == offset]
+    assert (row["topic"], row["partition"], row["reason"]) == ("shop.items", 0, case[3])
+    assert row["detail"]
+    raw = case[1].encode() if isinstance(case[1], str) else case[1]
+    assert row["raw_value"] == raw  # the original bytes are kept for inspection and replay
+
+
+def test_a_wrong_archive_path_fails_before_any_work(tmp_path, capsys):
+    config = pipeline_config(tmp_path, "nowhere", "canal-json", tmp_path / "missing")
+    assert replay_main(["--config", str(config), "--run-id", "r1"]) == EXIT_BAD_INPUT
+    assert "does not exist; fix archive.path" in capsys.readouterr().err
+
+
+def test_an_empty_archive_folder_fails_with_a_clear_error(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    config = pipeline_config(tmp_path, "empty", "canal-json", tmp_path / "empty")
+    assert replay_main(["--config", str(config), "--run-id", "r1"]) == EXIT_BAD_INPUT
+    assert "holds no parquet files" in capsys.readouterr().err
+
+
+def test_an_offset_range_outside_the_archive_fails_before_decoding(hostile_run, capsys):
+    _, _, tmp = hostile_run
+    config = tmp / "hostile.yaml"
+    offsets = json.dumps({"shop.items": {"0": {"start": 500, "until": 600}}})
+    assert replay_main(["--config", str(config), "--run-id", "r2", "--offsets", offsets]) == EXIT_BAD_INPUT
+    assert "offsets.shop.items.0: requested [500, 600) but the archive holds offsets 0..11" in capsys.readouterr().err
+    assert not (tmp / "warehouse" / "hostile" / "runs" / "r2" / "decoded").exists()
+
+
+def test_canal_bad_messages(spark, tmp_path):
+    good = {
+        "data": [{"id": "1", "v": "x"}, {"id": None, "v": "no key"}, {"id": "3", "v": "y"}],
+        "database": "shop",
+        "table": "t",
+        "type": "INSERT",
+        "isDdl": False,
+        "pkNames": ["id"],
+        "mysqlType": {"id": "int", "v": "varchar(8)"},
+        "es": 1,
+        "id": 1,
+    }
+    cases = [
+        json.dumps(good),
+        json.dumps({**good, "type": "UPSERT"}),
+        json.dumps({**good, "data": None}),
+        json.dumps({**good, "data": [{"id": "abc", "v": "bad int"}]}),
+        '{"data": [',
+    ]
+    write_parquet([Record("c", 0, i, v) for i, v in enumerate(cases)], tmp_path / "archive" / "p.parquet")
+    config = pipeline_config(tmp_path, "canal", "canal-json", tmp_path / "archive")
+    assert replay_main(["--config", str(config), "--run-id", "r"]) == EXIT_OK
+    run_dir = tmp_path / "warehouse" / "canal" / "runs" / "r"
+    got = sorted(
+        (r["offset"], r["reason"]) for r in pq.read_table(run_dir / "decoded" / "record_kind=quarantine").to_pylist()
+    )
+    # One row of a multi-row message can be bad while its siblings apply.
+    assert got == [(0, "missing_key"), (1, "unknown_op"), (2, "missing_image"), (3, "bad_value"), (4, "not_json")]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["tables"]["shop.t"]["rows"] == 2

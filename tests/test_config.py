@@ -1,0 +1,127 @@
+"""The pipelines file and run parameters are validated before any work, with errors naming field and fix."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+from cdcreplay.config import ConfigError, load_config
+from cdcreplay.run_spec import OffsetRange, RunSpec, build_run_spec, safe_run_id
+
+VALID = """
+warehouse: wh
+pipelines:
+  - name: shop
+    format: canal-json
+    archive: {path: archive, layout: kcat}
+    topics: [dts.shop]
+    tables:
+      shop.orders:
+        primary_key: [order_id]
+        column_types: {amount: "decimal(10,2)"}
+    options: {legacy_swapped: true}
+"""
+
+
+def write(tmp_path, text):
+    path = tmp_path / "pipelines.yaml"
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+def test_valid_config_resolves_paths_against_its_folder(tmp_path):
+    config = load_config(write(tmp_path, VALID))
+    pipeline = config.project.pipeline("shop")
+    assert config.archive_path(pipeline) == str(tmp_path / "archive")
+    assert config.warehouse == str(tmp_path / "wh")
+    assert pipeline.tables["shop.orders"].column_types == {"amount": "decimal(10,2)"}
+
+
+@pytest.mark.parametrize(
+    ("broken", "message"),
+    [
+        (VALID.replace("canal-json", "canal-xml"), r"pipelines.0.format: unknown format 'canal-xml'; use one of"),
+        (
+            VALID.replace("layout: kcat", "layout: csv"),
+            r"pipelines.0.archive.layout: Input should be 'parquet', 'jsonl' or 'kcat'",
+        ),
+        (
+            VALID.replace("    archive: {path: archive, layout: kcat}\n", ""),
+            r"pipelines.0.archive: is required but missing; add it",
+        ),
+        (
+            VALID.replace("topics:", "topicz:"),
+            r"pipelines.0.topicz: is not a known field; remove it or fix its spelling",
+        ),
+        (VALID.replace("name: shop", "name: ../etc"), r"pipelines.0.name: '../etc' is not a safe pipeline name"),
+        (VALID.replace('"decimal(10,2)"', "money"), r"column 'amount': type 'money' is not supported"),
+        (
+            VALID.replace("legacy_swapped", "swapped"),
+            r"options.swapped is not an option of canal-json; options: legacy_swapped",
+        ),
+        (VALID.replace("primary_key: [order_id]", "primary_key: []"), r"primary_key must list at least one column"),
+        (VALID + VALID.split("pipelines:\n")[1], r"pipeline name 'shop' is declared twice"),
+        ("warehouse: [unclosed", r"not valid YAML"),
+        ("- just a list", r"expected a mapping with `warehouse` and `pipelines`"),
+    ],
+)
+def test_config_errors_name_the_field_and_the_fix(tmp_path, broken, message):
+    path = write(tmp_path, broken)
+    with pytest.raises(ConfigError, match=message) as error:
+        load_config(path)
+    assert str(path) in str(error.value)
+
+
+def test_missing_config_file(tmp_path):
+    with pytest.raises(ConfigError, match=r"config file not found; pass --config"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_unknown_pipeline_lists_the_declared_ones(tmp_path):
+    config = load_config(write(tmp_path, VALID))
+    with pytest.raises(ConfigError, match=r"pipeline 'nope' is not declared in the config; declared pipelines: shop"):
+        config.project.pipeline("nope")
+
+
+def test_run_spec_round_trips_and_normalises_times(tmp_path):
+    config = load_config(write(tmp_path, VALID))
+    spec = build_run_spec(
+        config,
+        run_id="scheduled__2026-01-02T00:00:00+00:00",
+        pipelines=["shop"],
+        start="2026-01-02",
+        end="2026-01-03T00:00:00Z",
+        offsets='{"dts.shop": {"0": {"start": 5, "until": 10}}}',
+    )
+    assert spec.run_id == "scheduled__2026-01-02T00_00_00_00_00"
+    assert spec.start == "2026-01-02T00:00:00+00:00" and spec.end == "2026-01-03T00:00:00+00:00"
+    assert spec.offsets == (OffsetRange("dts.shop", 0, 5, 10),)
+    assert RunSpec.from_json(spec.to_json()) == spec
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"pipelines": ["nope"]}, r"parameter pipelines: 'nope' is not declared in .*; declared: shop"),
+        ({"start": "yesterday"}, r"parameter start: 'yesterday' is not an ISO-8601 date or time; use e.g. 2026-01-31"),
+        ({"start": "2026-01-03", "end": "2026-01-02"}, r"start 2026-01-03T00:00:00\+00:00 must be before end"),
+        ({"offsets": "{not json"}, r"parameter offsets: not valid JSON"),
+        (
+            {"offsets": {"t": {"x": {"start": 0, "until": 1}}}},
+            r"parameter offsets.t.x: partition must be a whole number",
+        ),
+        ({"offsets": {"t": {"0": {"from": 0}}}}, r'parameter offsets.t.0: expected \{"start": <first offset>'),
+        ({"offsets": {"t": {"0": {"start": 5, "until": 5}}}}, r"need whole numbers with 0 <= start < until"),
+        ({"tables": ["shop.orders; rm -rf /"]}, r"parameter tables: 'shop.orders; rm -rf /' is not a valid name"),
+        ({"dry_run": "yes"}, r"dry_run and full_rebuild must be true or false"),
+    ],
+)
+def test_run_parameter_errors(tmp_path, params, message):
+    config = load_config(write(tmp_path, VALID))
+    with pytest.raises(ConfigError, match=message):
+        build_run_spec(config, run_id="r", **params)
+
+
+def test_run_id_without_usable_characters():
+    with pytest.raises(ConfigError, match=r"run_id '::' has no usable characters"):
+        safe_run_id("::")
