@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 from archive_helpers import Record, write_parquet
+
 from cdcreplay import archive
 from cdcreplay.run_spec import OffsetRange
 

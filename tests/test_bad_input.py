@@ -8,6 +8,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 from archive_helpers import Record, pipeline_config, write_parquet
+
 from cdcreplay.entrypoints import EXIT_BAD_INPUT, EXIT_OK, replay_main
 
 GOOD_DEBEZIUM = {

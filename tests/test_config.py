@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+
 from cdcreplay.config import ConfigError, load_config
 from cdcreplay.run_spec import OffsetRange, RunSpec, build_run_spec, safe_run_id
 

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 from archive_helpers import Record, records_from_lines, write_parquet
+from pyspark.sql import functions as F
+
 from cdcreplay import archive
 from cdcreplay.compaction import latest_rows
 from cdcreplay.config import PipelineConfig
 from cdcreplay.formats import decoder
-from pyspark.sql import functions as F
 
 FLINK = Path(__file__).parent / "data" / "conformance" / "flink-json"
 DOCS = Path(__file__).parent / "data" / "conformance"

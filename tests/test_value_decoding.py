@@ -5,9 +5,10 @@ from __future__ import annotations
 import base64
 
 import pytest
+from pyspark.sql import functions as F
+
 from cdcreplay.formats.debezium_json import canonical_value, decimal_from_base64
 from cdcreplay.value_types import invalid_columns, mysql_type_to_spark
-from pyspark.sql import functions as F
 
 
 def twos_complement_base64(unscaled: int) -> str:

@@ -5,6 +5,7 @@ cdcreplay run        --config FILE [run options]         replay + reconcile in t
 cdcreplay show-table --config FILE --pipeline P --table T [--limit N]   published rows as JSON lines
 cdcreplay report     --config FILE [--run-id ID]         the summary of a run (default: the latest)
 cdcreplay simulate   ...                                  write a simulated archive (see --help)
+cdcreplay demo       [--events N] [--drift N]             the quick start: simulate, run the DAG in Airflow, check
 cdcreplay benchmark  ...                                  events/s per format (see --help)
 """
 
@@ -78,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
             from cdcreplay.simulator.cli import main as simulate_main
 
             return simulate_main(rest)
+        if command == "demo":
+            from cdcreplay.demo import main as demo_main
+
+            return demo_main(rest)
         if command == "benchmark":
             from cdcreplay.benchmark import main as benchmark_main
 

@@ -1,0 +1,235 @@
+"""Nightly CDC replay: validate the run, replay + compact + publish, reconcile snapshots, report.
+
+Thin wiring. Parsing this file imports no pyspark and reads no file: the config is validated inside the
+`validate_run` task, and the Spark work runs in `jobs/replay.py` and `jobs/reconcile.py` through spark-submit
+(`spark_default` connection: `local[*]` embedded, the standalone master in docker-compose, YARN or Kubernetes).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import CronDataIntervalTimetable, Param, TriggerRule, dag, task
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+# The jobs ship in the same repository (or DAG bundle) as this file: <repo>/dags/<this file>, <repo>/jobs/*.py.
+REPO = Path(__file__).resolve().parents[1]
+REPLAY_JOB = str(REPO / "jobs" / "replay.py")
+RECONCILE_JOB = str(REPO / "jobs" / "reconcile.py")
+DEFAULT_CONFIG = os.environ.get("CDCREPLAY_CONFIG") or str(REPO / "config" / "pipelines.yaml")
+
+# Same rule as cdcreplay.config.SAFE_NAME (names become folder names and command-line arguments).
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
+# Empty, a date, or a date-time with optional offset. `format: date-time` gives the UI its date-time picker, but
+# jsonschema only enforces `format` when rfc3339-validator is installed, so the pattern is what rejects bad values.
+TIME_PATTERN = (
+    r"^$|^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])"
+    r"([T ]([01]\d|2[0-3]):[0-5]\d(:[0-5]\d(\.\d{1,9})?)?(Z|[+-]([01]\d|2[0-3]):?[0-5]\d)?)?$"
+)
+OFFSETS_EXAMPLE = '{"shop.orders": {"0": {"start": 0, "until": 1000}}}'
+
+# The Spark jobs run with the Python of the Airflow worker that submits them (same cdcreplay and pyspark).
+# sys.executable is read when the worker loads this file to run the task; on a cluster whose executors have
+# Python elsewhere, CDCREPLAY_PYSPARK_PYTHON names the executors' interpreter (docker-compose sets it).
+SPARK_ENV = {
+    "PYSPARK_DRIVER_PYTHON": sys.executable,
+    "PYSPARK_PYTHON": os.environ.get("CDCREPLAY_PYSPARK_PYTHON") or sys.executable,
+}
+# Sized for a 2-core, few-GiB machine; spark-submit ignores the executor settings under local[*].
+SPARK_CONF = {
+    "spark.sql.shuffle.partitions": "4",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.ui.showConsoleProgress": "false",
+}
+RUN_SPEC_ARG = "{{ ti.xcom_pull(task_ids='validate_run') }}"
+
+PARAMS = {
+    "config": Param(
+        DEFAULT_CONFIG,
+        type="string",
+        minLength=1,
+        title="Pipelines config",
+        description="Path of the pipelines YAML file (default: $CDCREPLAY_CONFIG, else <repo>/config/pipelines.yaml).",
+    ),
+    "pipelines": Param(
+        [],
+        type="array",
+        items={"type": "string", "pattern": NAME_PATTERN},
+        uniqueItems=True,
+        title="Pipelines",
+        description="Pipeline names from the config to run, one per line. Empty: every pipeline.",
+    ),
+    "tables": Param(
+        [],
+        type="array",
+        items={"type": "string", "pattern": NAME_PATTERN},
+        uniqueItems=True,
+        title="Tables",
+        description="Table ids (db.table or db.schema.table) to build, one per line. Empty: every table.",
+    ),
+    "start": Param(
+        None,
+        type=["null", "string"],
+        format="date-time",
+        pattern=TIME_PATTERN,
+        title="Start (UTC, inclusive)",
+        description="Replay records from this time, e.g. 2026-01-31 or 2026-01-31T06:00:00Z. Empty: the start of "
+        "the run's data interval (no bound when offsets are given, on a full rebuild, or for a run without one).",
+    ),
+    "end": Param(
+        None,
+        type=["null", "string"],
+        format="date-time",
+        pattern=TIME_PATTERN,
+        title="End (UTC, exclusive)",
+        description="Replay records before this time. Empty: the end of the run's data interval (same exceptions "
+        "as start).",
+    ),
+    "offsets": Param(
+        None,
+        type=["null", "object"],
+        additionalProperties={
+            "type": "object",
+            "minProperties": 1,
+            "propertyNames": {"pattern": r"^\d+$"},
+            "additionalProperties": {
+                "type": "object",
+                "required": ["start", "until"],
+                "additionalProperties": False,
+                "properties": {"start": {"type": "integer", "minimum": 0}, "until": {"type": "integer", "minimum": 1}},
+            },
+        },
+        title="Offset ranges",
+        description=f"Explicit Kafka offsets per topic and partition, start inclusive, until exclusive, e.g. "
+        f"{OFFSETS_EXAMPLE}. Empty: select by time.",
+    ),
+    "dry_run": Param(
+        False,
+        type="boolean",
+        title="Dry run",
+        description="Only list what would be read (the manifest); decode, publish and reconcile nothing.",
+    ),
+    "full_rebuild": Param(
+        False,
+        type="boolean",
+        title="Full rebuild",
+        description="Rebuild the tables from the archive instead of applying the changes to the published state.",
+    ),
+}
+
+
+@dag(
+    dag_id="cdc_replay_nightly",
+    description="Replay archived Kafka CDC records, compact to latest-state tables, reconcile snapshots.",
+    # Nightly, and each run's data interval [00:00, next 00:00) UTC is its replay range. A data-interval timetable
+    # is explicit here: in Airflow 3 a bare "@daily" means CronTriggerTimetable, whose interval is a single point.
+    schedule=CronDataIntervalTimetable("@daily", timezone="UTC"),
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
+    # No catchup: a scheduler starting long after start_date would otherwise queue one run per missed day.
+    # Date ranges are replayed on purpose with `airflow backfill create --dag-id cdc_replay_nightly
+    # --from-date A --to-date B` (add `--reprocess-behavior completed` to redo days already done).
+    catchup=False,
+    # Two runs must never write the same pipeline's warehouse folder at once; runs of a range go one by one.
+    max_active_runs=1,
+    default_args={"owner": "cdcreplay", "retries": 1, "retry_delay": timedelta(minutes=1)},
+    params=PARAMS,
+    tags=["cdc", "replay", "spark"],
+    doc_md=__doc__,
+)
+def cdc_replay_nightly():
+    @task(retries=0)
+    def validate_run(params=None, run_id=None, data_interval_start=None, data_interval_end=None) -> str:
+        """Turn the form and the data interval into a validated run spec (JSON) before any Spark work."""
+        from cdcreplay.config import ConfigError, load_config
+        from cdcreplay.run_spec import build_run_spec
+
+        params = dict(params or {})
+        start, end = params.get("start"), params.get("end")
+        # Explicit offsets and full rebuilds are not limited to one night unless the user says so.
+        use_interval = not params.get("offsets") and not params.get("full_rebuild")
+        if use_interval:
+            start = start or (data_interval_start.isoformat() if data_interval_start else None)
+            end = end or (data_interval_end.isoformat() if data_interval_end else None)
+        try:
+            spec = build_run_spec(
+                load_config(params.get("config") or DEFAULT_CONFIG),
+                run_id=run_id,
+                pipelines=params.get("pipelines"),
+                tables=params.get("tables"),
+                start=start,
+                end=end,
+                offsets=params.get("offsets"),
+                dry_run=params.get("dry_run", False),
+                full_rebuild=params.get("full_rebuild", False),
+            )
+        except ConfigError as exc:
+            # A bad parameter or config is not transient: fail without retrying, with the message that names the fix.
+            raise AirflowFailException(str(exc)) from exc
+        print(f"run spec: {spec.to_json()}")
+        return spec.to_json()
+
+    @task.short_circuit(ignore_downstream_trigger_rules=False)
+    def skip_reconcile_on_dry_run(spec_json: str) -> bool:
+        """A dry run only writes the manifest: there is nothing to reconcile."""
+        import json
+
+        return not json.loads(spec_json)["dry_run"]
+
+    @task(trigger_rule=TriggerRule.ALL_DONE, retries=0)
+    def report(ti=None) -> str:
+        """Print the end-of-run summary, also when reconcile failed (that is when it matters most)."""
+        spec_json = ti.xcom_pull(task_ids="validate_run")
+        if not spec_json:
+            raise AirflowSkipException("no run spec: validate_run failed, see its log for the reason")
+        from cdcreplay.report import render_run
+
+        summary = render_run(spec_json)
+        print(summary)
+        return summary
+
+    @task(trigger_rule=TriggerRule.ONE_FAILED, retries=0)
+    def fail_run_if_a_task_failed() -> None:
+        """The only leaf: `report` succeeds even after a failed reconcile, so this task carries the failure."""
+        raise AirflowFailException("a task of this run failed; see the report task and the failed task's log")
+
+    spec = validate_run()
+    replay = SparkSubmitOperator(
+        task_id="replay",
+        conn_id="spark_default",
+        application=REPLAY_JOB,
+        application_args=["--run-spec", RUN_SPEC_ARG],
+        name="cdcreplay-replay",
+        conf=SPARK_CONF,
+        driver_memory="2g",
+        executor_memory="2g",
+        total_executor_cores=2,
+        env_vars=SPARK_ENV,
+        # Backfill runs are not counted against max_active_runs (a backfill has its own limit, and the nightly
+        # run may start while a backfill runs): one replay at a time keeps two runs from writing one pipeline.
+        max_active_tis_per_dag=1,
+    )
+    reconcile = SparkSubmitOperator(
+        task_id="reconcile",
+        conn_id="spark_default",
+        application=RECONCILE_JOB,
+        application_args=["--run-spec", RUN_SPEC_ARG],
+        name="cdcreplay-reconcile",
+        conf=SPARK_CONF,
+        driver_memory="2g",
+        executor_memory="2g",
+        total_executor_cores=2,
+        env_vars=SPARK_ENV,
+        # Exit 1 is a "fail" verdict, which a retry would only repeat (and delay the report); rerun by clearing.
+        retries=0,
+    )
+    gate = skip_reconcile_on_dry_run(spec)
+    summary = report()
+    spec >> replay >> gate >> reconcile >> summary
+    [spec, replay, gate, reconcile, summary] >> fail_run_if_a_task_failed()
+
+
+cdc_replay_nightly()

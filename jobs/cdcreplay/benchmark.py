@@ -1,0 +1,172 @@
+"""Throughput of the real replay job on simulated archives: events/s per format and stage, against the reference.
+
+cdcreplay benchmark [--events 2000000] [--formats debezium-json,canal-json] [--master local[2]] [--reconcile]
+
+For each format: the simulator writes a Parquet archive of ``--events`` row events (kept under ``--work`` and reused
+while the parameters are unchanged), then the same ``run_pipeline`` the Spark job runs does a full rebuild: read
+(manifest), decode (to Parquet, with accounting), compact, publish typed tables. Events are the Kafka records read.
+The reference is the hand-written Spark job of shared/environment.md (Debezium JSON, 2M events, 2 cores):
+196,000 events/s; DuckDB did the same at ~1,000,000 events/s. A JSON result file is written for comparisons.
+
+Not part of the test run: timings on a shared 2-core machine are noisy, so they are measured here, not asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from cdcreplay.airflow_env import REPO
+
+REFERENCE_EVENTS_PER_S = {"spark (hand-written, from_json + max_by)": 196_000, "duckdb": 1_000_000}
+SPARK_REFERENCE = REFERENCE_EVENTS_PER_S["spark (hand-written, from_json + max_by)"]
+SEED = 4242
+STAGES = ("read", "decode", "compact", "publish")
+
+
+def _archive(work: Path, fmt: str, events: int) -> Path:
+    """A simulated archive for ``fmt``, regenerated only when its parameters changed."""
+    from cdcreplay.simulator import build_sample_archive
+
+    folder = work / "archives" / f"{fmt}-{events}"
+    stamp = folder / "_BENCHMARK.json"
+    wanted = {"format": fmt, "events": events, "seed": SEED}
+    if stamp.is_file() and json.loads(stamp.read_text()) == wanted:
+        return folder
+    shutil.rmtree(folder, ignore_errors=True)
+    began = time.monotonic()
+    history = build_sample_archive(folder, fmt, events=events, seed=SEED, days=3, rows_per_file=500_000)
+    stamp.write_text(json.dumps(wanted))
+    print(
+        f"  simulated {history.event_count} row events -> {history.archive['records']} records "
+        f"in {time.monotonic() - began:.0f}s",
+        flush=True,
+    )
+    return folder
+
+
+def _config(work: Path, fmt: str, archive: Path) -> Path:
+    path = work / f"{fmt}.yaml"
+    path.write_text(
+        f"warehouse: {work / 'warehouse'}\nkeep_versions: 1\npipelines:\n"
+        f"  - name: bench_{fmt.replace('-', '_')}\n    format: {fmt}\n    archive: {{path: {archive}, layout: parquet}}\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+def measure(spark, work: Path, fmt: str, events: int, reconcile: bool) -> dict:
+    from cdcreplay.config import load_config
+    from cdcreplay.pipeline import run_pipeline
+    from cdcreplay.run_spec import build_run_spec
+
+    archive = _archive(work, fmt, events)
+    config = load_config(_config(work, fmt, archive))
+    pipeline = config.project.pipelines[0]
+    run_id = f"bench_{datetime.now(UTC):%Y%m%dT%H%M%S}"
+    spec = build_run_spec(config, run_id=run_id, full_rebuild=True)
+    began = time.monotonic()
+    summary = run_pipeline(spark, config, pipeline, spec)
+    elapsed = time.monotonic() - began
+    result = {
+        "format": fmt,
+        "row_events": events,
+        "records": summary["distinct_records"],
+        "seconds": round(elapsed, 2),
+        "events_per_s": round(summary["distinct_records"] / elapsed),
+        "stages_s": summary["timings_s"],
+        "tables": {t: info["rows"] for t, info in summary["tables"].items()},
+        "quarantined": summary["decoded"]["quarantined"],
+    }
+    if reconcile:
+        from cdcreplay.reconcile import run_reconciliation
+
+        began = time.monotonic()
+        outcome = run_reconciliation(
+            spark, Path(summary["manifest_path"]).parent, summary["changelog_path"], summary.get("base_state")
+        )
+        result["reconcile_s"] = round(time.monotonic() - began, 2)
+        result["reconcile_verdict"] = outcome["verdict"]
+    result["ratio_to_spark_reference"] = round(result["events_per_s"] / SPARK_REFERENCE, 2)
+    return result
+
+
+def render(results: list[dict]) -> str:
+    header = (
+        f"{'format':15} {'records':>10} {'seconds':>8} {'events/s':>10} {'x ref':>6}  "
+        + "  ".join(f"{s:>8}" for s in STAGES)
+        + f"  {'reconcile':>9}"
+    )
+    lines = [header, "-" * len(header)]
+    for r in results:
+        stages = "  ".join(f"{r['stages_s'].get(s, 0):>7.1f}s" for s in STAGES)
+        reconcile = f"{r['reconcile_s']:>8.1f}s" if "reconcile_s" in r else f"{'-':>9}"
+        lines.append(
+            f"{r['format']:15} {r['records']:>10,} {r['seconds']:>8.1f} {r['events_per_s']:>10,} "
+            f"{r['ratio_to_spark_reference']:>6.2f}  {stages}  {reconcile}"
+        )
+    lines.append(
+        f"x ref: events/s divided by the hand-written Spark reference ({SPARK_REFERENCE:,} events/s, "
+        "shared/environment.md); DuckDB did ~1,000,000 events/s there."
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="cdcreplay benchmark", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=2_000_000, help="row events per format (default 2,000,000)")
+    parser.add_argument("--formats", default="debezium-json,canal-json", help="comma-separated format ids")
+    parser.add_argument("--master", default="local[2]", help="Spark master (default local[2], as the reference)")
+    parser.add_argument("--driver-memory", default="4g", help="spark.driver.memory (default 4g)")
+    parser.add_argument("--work", type=Path, default=REPO / "var" / "benchmark", help="archives and warehouse")
+    parser.add_argument("--reconcile", action="store_true", help="also time the reconciliation of each run")
+    parser.add_argument("--result", type=Path, help="JSON result file (default <work>/result-<time>.json)")
+    args = parser.parse_args(argv)
+
+    from cdcreplay.config import KNOWN_FORMATS
+
+    formats = [f.strip() for f in args.formats.split(",") if f.strip()]
+    unknown = [f for f in formats if f not in KNOWN_FORMATS]
+    if unknown:
+        parser.error(f"--formats: unknown {', '.join(unknown)}; known: {', '.join(KNOWN_FORMATS)}")
+    if args.events < 30:
+        parser.error("--events must be at least 30")
+
+    from cdcreplay.spark import build_session
+
+    args.work.mkdir(parents=True, exist_ok=True)
+    spark = build_session(
+        "cdcreplay-benchmark",
+        master=args.master,
+        extra={"spark.driver.memory": args.driver_memory, "spark.sql.shuffle.partitions": "8"},
+    )
+    results = []
+    for fmt in formats:
+        print(f"{fmt}: {args.events:,} row events", flush=True)
+        results.append(measure(spark, args.work, fmt, args.events, args.reconcile))
+        print(f"  {results[-1]['events_per_s']:,} events/s in {results[-1]['seconds']:.1f}s", flush=True)
+    spark.stop()
+
+    print()
+    print(render(results))
+    document = {
+        "measured_at": datetime.now(UTC).isoformat(),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "master": args.master,
+        "reference_events_per_s": REFERENCE_EVENTS_PER_S,
+        "results": results,
+    }
+    result_path = args.result or args.work / f"result-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
+    result_path.write_text(json.dumps(document, indent=2), encoding="utf-8")
+    print(f"result: {result_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,56 @@
+"""Ground truth for tests, the demo and the benchmarks: a simulated MySQL change history, its encodings, its archive.
+
+    history = simulate(seed=7, events=2000, drift=3)           # what happened in the source (deterministic)
+    records = encode_debezium_json(history)                     # or encode_canal_json(history)
+    write_archive(records, out_dir, layout="parquet")           # Spark Kafka-source columns on disk
+    history.final_state("shop.customers")                       # what every decoder + compactor must produce
+
+No pyspark here: the simulator is plain Python and pyarrow.
+"""
+
+from cdcreplay.simulator.archive_writer import LAYOUTS, build_sample_archive, jsonl_line, kcat_line, write_archive
+from cdcreplay.simulator.encode_canal import canal_text, encode_canal_json
+from cdcreplay.simulator.encode_debezium import decimal_from_base64, decimal_to_base64, encode_debezium_json
+from cdcreplay.simulator.history import (
+    TABLES,
+    Column,
+    DriftRow,
+    Event,
+    History,
+    ResyncExpectation,
+    SnapshotEpoch,
+    TableSpec,
+    simulate,
+)
+from cdcreplay.simulator.records import KafkaRecord
+from cdcreplay.simulator.truth import canonical_text, json_row, truth_lines, write_truth
+
+FORMATS = ("debezium-json", "canal-json")
+
+__all__ = [
+    "FORMATS",
+    "LAYOUTS",
+    "TABLES",
+    "Column",
+    "DriftRow",
+    "Event",
+    "History",
+    "KafkaRecord",
+    "ResyncExpectation",
+    "SnapshotEpoch",
+    "TableSpec",
+    "build_sample_archive",
+    "canal_text",
+    "canonical_text",
+    "decimal_from_base64",
+    "decimal_to_base64",
+    "encode_canal_json",
+    "encode_debezium_json",
+    "json_row",
+    "jsonl_line",
+    "kcat_line",
+    "simulate",
+    "truth_lines",
+    "write_archive",
+    "write_truth",
+]

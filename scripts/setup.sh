@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Create (or bring up to date) the project's virtualenv at .venv with the pinned dependencies.
+# Needs Python 3.11 and Java 17 on the machine; everything else comes from PyPI.
+# Reruns are quick: nothing is installed when requirements*.txt and pyproject.toml are unchanged.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON="${PYTHON:-python3.11}"
+command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
+  echo "setup: Python 3.11 is required (found $("$PYTHON" --version 2>&1)); set PYTHON=/path/to/python3.11" >&2
+  exit 2
+fi
+if ! java -version >/dev/null 2>&1; then
+  echo "setup: Java 17 is required by Spark (java not found); e.g. apt-get install openjdk-17-jre-headless" >&2
+  exit 2
+fi
+
+stamp=".venv/.cdcreplay-installed"
+wanted="$(cat requirements.txt requirements-dev.txt pyproject.toml | sha256sum | cut -d' ' -f1)"
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$wanted" && -x .venv/bin/airflow ]]; then
+  exit 0
+fi
+
+echo "setup: installing pinned dependencies into .venv (about a minute) ..."
+[[ -x .venv/bin/python ]] || "$PYTHON" -m venv .venv
+.venv/bin/python -m pip install --quiet --disable-pip-version-check "uv==0.13.9" 2>/dev/null \
+  || .venv/bin/python -m pip install --quiet --disable-pip-version-check uv
+# uv resolves the pinned set in one go; pyspark and pyspark-client install the same files, so they stay equal.
+.venv/bin/uv pip install --quiet --python .venv/bin/python -r requirements-dev.txt -e .
+echo "$wanted" > "$stamp"
+echo "setup: done ($(.venv/bin/python -c 'import pyspark, airflow; print("pyspark", pyspark.__version__, "airflow", airflow.__version__)'))"

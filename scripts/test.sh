@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Install everything, lint, and run the whole test suite (real Spark, Airflow, GX and fastavro; ~15 minutes).
+#   scripts/test.sh [pytest options]     e.g. scripts/test.sh -m "not airflow" for the fast part only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+exec .venv/bin/pytest "$@"

@@ -1,0 +1,119 @@
+"""Great Expectations suites from expectations/*.json, run on Spark DataFrames, with Data Docs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cdcreplay import quality
+from cdcreplay.reconcile import DIFF_DDL
+
+DIFF_ROW = {
+    "table_id": "shop.public.orders",
+    "epoch_no": 2,
+    "differing_columns": [],
+    "snapshot_topic": "cdc.orders",
+    "snapshot_partition": 0,
+    "snapshot_offset": 20,
+    "snapshot_position": "[20]",
+    "incremental_op": "update",
+    "incremental_topic": "cdc.orders",
+    "incremental_partition": 0,
+    "incremental_offset": 10,
+    "incremental_position": "[10]",
+}
+
+
+def diff_frame(spark, rows):
+    """A diff table (reconcile.DIFF_DDL) from (key, status) pairs."""
+    full = [{**DIFF_ROW, "key": key, "status": status} for key, status in rows]
+    return spark.createDataFrame(full, DIFF_DDL)
+
+
+def test_templates_render_per_key_column():
+    config = quality.load_suite_config("latest_state")
+    assert quality.render_expectations(config, {"key_columns": ["tenant", "id"]}) == [
+        {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "tenant"}, "meta": config_meta(config, 0)},
+        {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "id"}, "meta": config_meta(config, 0)},
+        {
+            "type": "expect_compound_columns_to_be_unique",
+            "kwargs": {"column_list": ["tenant", "id"]},
+            "meta": config_meta(config, 1),
+        },
+    ]
+    # GX needs two or more columns for compound uniqueness: a single key column is checked with plain uniqueness.
+    single = quality.render_expectations(config, {"key_columns": ["id"]})
+    assert [(e["type"], e["kwargs"]) for e in single] == [
+        ("expect_column_values_to_not_be_null", {"column": "id"}),
+        ("expect_column_values_to_be_unique", {"column": "id"}),
+    ]
+    with pytest.raises(ValueError, match=r"latest_state\.json: expectation #0 repeats over \$key_columns"):
+        quality.render_expectations(config, {})
+
+
+def config_meta(config, index):
+    return config["expectations"][index]["meta"]
+
+
+def test_suite_files_are_valid_gx_suites():
+    for name in ("reconciliation_diff", "latest_state"):
+        config = json.loads(quality.suite_path(name).read_text())
+        assert config["name"] == name
+        assert all({"type", "kwargs"} <= set(e) for e in config["expectations"])
+
+
+def test_diff_suite_passes_and_builds_data_docs(spark, tmp_path):
+    docs = tmp_path / "docs"
+    df = diff_frame(spark, [('["1"]', "match"), ('["2"]', "in_flight")])
+    result = quality.run_suite(df, "reconciliation_diff", data_docs_dir=docs)
+    assert result.success is True
+    assert result.failed == []
+    assert result.statistics["evaluated_expectations"] == 3
+    assert result.data_docs_index == str(docs / "index.html")
+    assert (docs / "index.html").is_file()
+    assert list((docs / "validations" / "reconciliation_diff").rglob("*.html"))
+
+
+def test_diff_suite_fails_on_a_mismatch_and_names_the_expectation(spark, tmp_path):
+    # Deliberately failing: a mismatch row, a missing key and a duplicate (table_id, epoch_no, key).
+    df = diff_frame(spark, [('["1"]', "match"), ('["2"]', "mismatch"), ('["2"]', "match"), (None, "match")])
+    result = quality.run_suite(df, "reconciliation_diff", data_docs_dir=tmp_path / "docs")
+    assert result.success is False
+    assert result.failed == [
+        "expect_column_values_to_be_in_set(column=status): 1 unexpected of 4 (mismatch: 1)",
+        "expect_column_values_to_not_be_null(column=key): 1 unexpected of 4",
+        "expect_compound_columns_to_be_unique(columns=table_id,epoch_no,key): 2 unexpected of 4"
+        ' ((shop.public.orders, 2, ["2"]): 2)',
+    ]
+    assert result.statistics["unsuccessful_expectations"] == 3
+    assert (tmp_path / "docs" / "index.html").is_file()
+
+
+def test_latest_state_suite_per_table(spark, tmp_path):
+    docs = tmp_path / "docs"
+    good = spark.createDataFrame([("a", 1, "x"), ("a", 2, "y"), ("b", 1, "z")], "tenant string, id int, v string")
+    passed = quality.validate_latest_state(good, ["tenant", "id"], data_docs_dir=docs, table_id="shop.public.t")
+    assert (passed.success, passed.suite_name) == (True, "latest_state.shop.public.t")
+
+    bad = spark.createDataFrame([(1, "x"), (1, "y"), (None, "z")], "id int, v string")
+    failed = quality.validate_latest_state(bad, ["id"], data_docs_dir=docs, table_id="shop.public.u")
+    assert failed.success is False
+    assert [f.split(":")[0] for f in failed.failed] == [
+        "expect_column_values_to_not_be_null(column=id)",
+        "expect_column_values_to_be_unique(column=id)",
+    ]
+    # Both tables' results are in the one Data Docs site.
+    index = (docs / "index.html").read_text()
+    assert "latest_state.shop.public.t" in index and "latest_state.shop.public.u" in index
+
+
+def test_invalid_suite_names_file_and_expectation(spark, tmp_path):
+    (tmp_path / "broken.json").write_text(
+        json.dumps({"name": "broken", "expectations": [{"type": "expect_column_values_to_be_bogus", "kwargs": {}}]})
+    )
+    df = diff_frame(spark, [('["1"]', "match")])
+    with pytest.raises(ValueError, match=r"broken\.json: expectation #0 expect_column_values_to_be_bogus is invalid"):
+        quality.run_suite(df, "broken", expectations_dir=tmp_path)
+    with pytest.raises(FileNotFoundError, match="expectation suite 'absent' not found"):
+        quality.run_suite(df, "absent", expectations_dir=tmp_path)
