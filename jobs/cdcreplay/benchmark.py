@@ -53,9 +53,10 @@ def _archive(work: Path, fmt: str, events: int) -> Path:
 
 def _config(work: Path, fmt: str, archive: Path) -> Path:
     path = work / f"{fmt}.yaml"
+    name = f"bench_{fmt.replace('-', '_')}"
     path.write_text(
         f"warehouse: {work / 'warehouse'}\nkeep_versions: 1\npipelines:\n"
-        f"  - name: bench_{fmt.replace('-', '_')}\n    format: {fmt}\n    archive: {{path: {archive}, layout: parquet}}\n",
+        f"  - name: {name}\n    format: {fmt}\n    archive: {{path: {archive}, layout: parquet}}\n",
         encoding="utf-8",
     )
     return path
