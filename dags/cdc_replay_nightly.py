@@ -122,6 +122,23 @@ PARAMS = {
 }
 
 
+def spark_job(task_id: str, application: str, **options) -> SparkSubmitOperator:
+    """One spark-submit of a job under jobs/, with the run spec that validate_run produced."""
+    return SparkSubmitOperator(
+        task_id=task_id,
+        conn_id="spark_default",
+        application=application,
+        application_args=["--run-spec", RUN_SPEC_ARG],
+        name=f"cdcreplay-{task_id}",
+        conf=SPARK_CONF,
+        driver_memory="2g",
+        executor_memory="2g",
+        total_executor_cores=2,
+        env_vars=SPARK_ENV,
+        **options,
+    )
+
+
 @dag(
     dag_id="cdc_replay_nightly",
     description="Replay archived Kafka CDC records, compact to latest-state tables, reconcile snapshots.",
@@ -197,35 +214,15 @@ def cdc_replay_nightly():
         raise AirflowFailException("a task of this run failed; see the report task and the failed task's log")
 
     spec = validate_run()
-    replay = SparkSubmitOperator(
-        task_id="replay",
-        conn_id="spark_default",
-        application=REPLAY_JOB,
-        application_args=["--run-spec", RUN_SPEC_ARG],
-        name="cdcreplay-replay",
-        conf=SPARK_CONF,
-        driver_memory="2g",
-        executor_memory="2g",
-        total_executor_cores=2,
-        env_vars=SPARK_ENV,
+    replay = spark_job(
+        "replay",
+        REPLAY_JOB,
         # Backfill runs are not counted against max_active_runs (a backfill has its own limit, and the nightly
         # run may start while a backfill runs): one replay at a time keeps two runs from writing one pipeline.
         max_active_tis_per_dag=1,
     )
-    reconcile = SparkSubmitOperator(
-        task_id="reconcile",
-        conn_id="spark_default",
-        application=RECONCILE_JOB,
-        application_args=["--run-spec", RUN_SPEC_ARG],
-        name="cdcreplay-reconcile",
-        conf=SPARK_CONF,
-        driver_memory="2g",
-        executor_memory="2g",
-        total_executor_cores=2,
-        env_vars=SPARK_ENV,
-        # Exit 1 is a "fail" verdict, which a retry would only repeat (and delay the report); rerun by clearing.
-        retries=0,
-    )
+    # Exit 1 is a "fail" verdict, which a retry would only repeat (and delay the report); rerun by clearing.
+    reconcile = spark_job("reconcile", RECONCILE_JOB, retries=0)
     gate = skip_reconcile_on_dry_run(spec)
     summary = report()
     spec >> replay >> gate >> reconcile >> summary

@@ -66,8 +66,21 @@ def write_parquet(records: list[Record], path: Path) -> Path:
     return path
 
 
-def pipeline_config(tmp: Path, name: str, fmt: str, archive: Path, layout: str = "parquet", extra: str = "") -> Path:
-    """A pipelines file for one pipeline; ``extra`` is YAML appended under the pipeline (indented 4 spaces)."""
+def pipeline_config(
+    tmp: Path,
+    name: str,
+    fmt: str,
+    archive: Path,
+    layout: str = "parquet",
+    extra: str = "",
+    settings: dict | None = None,
+) -> Path:
+    """A pipelines file for one pipeline; ``extra`` is YAML appended under the pipeline (indented 4 spaces) and
+    ``settings`` more entries of it (the simulator's ``history.pipeline_settings``: options, tables)."""
+    if settings:
+        import yaml
+
+        extra += "".join(f"    {line}\n" for line in yaml.safe_dump(settings, sort_keys=True).splitlines())
     config = tmp / f"{name}.yaml"
     config.write_text(
         f"warehouse: {tmp / 'warehouse'}\n"

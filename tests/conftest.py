@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -12,6 +13,8 @@ DATA = Path(__file__).resolve().parent / "data"
 
 os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # keep Spark on loopback
+# py4j logs "Closing down clientserver connection" from __del__ at interpreter exit, after pytest closed the streams.
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 @pytest.fixture(scope="session")

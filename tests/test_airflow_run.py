@@ -22,32 +22,21 @@ from typing import ClassVar
 
 import pytest
 
+from cdcreplay.airflow_env import DAG_ID, embedded_env
+
 pytestmark = pytest.mark.airflow
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
 AIRFLOW = str(VENV_BIN / "airflow")
-DAG_ID = "cdc_replay_nightly"
 PIPELINES = {"demo_debezium": "debezium-json", "demo_canal": "canal-json"}
 # A two-day history: the backfill test replays it as two nightly runs.
 EVENTS, SEED, HISTORY_START, HISTORY_DAYS = 400, 20260101, datetime(2026, 1, 1, tzinfo=UTC), 2
 
 
 def airflow_env(home: Path, config: Path, **extra: str) -> dict[str, str]:
-    """The embedded setup: SQLite in `home`, this repo's dags/plugins, Spark local[*], the venv's spark-submit."""
-    return {
-        **os.environ,
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__PARALLELISM": "4",  # the default 32 starts 32 LocalExecutor workers (~4 GB)
-        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
-        "AIRFLOW_CONN_SPARK_DEFAULT": "spark://local%5B%2A%5D",  # spark-submit --master local[*]
-        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",  # spark-submit from the venv's pyspark
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "CDCREPLAY_CONFIG": str(config),  # the form's default config
-        **extra,
-    }
+    """The embedded setup the quick start uses: SQLite in `home`, this repo's dags/plugins, Spark local[*]."""
+    return embedded_env(home, config, **extra)
 
 
 def airflow(env: dict[str, str], *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
@@ -197,7 +186,10 @@ def stand_in_home(tmp_path_factory) -> dict[str, str]:
     (root / "jobs" / "replay.py").write_text(STAND_IN_REPLAY, encoding="utf-8")
     (root / "jobs" / "reconcile.py").write_text(STAND_IN_RECONCILE, encoding="utf-8")
     config = write_config(root / "pipelines.yaml", root / "warehouse", root / "archive")
-    return migrated_home(root / "home", config, AIRFLOW__CORE__DAGS_FOLDER=str(root / "dags"))
+    env = embedded_env(root / "home", config, dags_folder=root / "dags")
+    (root / "home").mkdir()
+    airflow(env, "db", "migrate", timeout=180)
+    return env
 
 
 def task_states(env: dict[str, str], logical_date: str) -> dict[str, str]:
@@ -237,27 +229,43 @@ def test_dry_run_skips_reconcile_and_succeeds(stand_in_home):
     }
 
 
-# --- (b) a full run with `airflow dags test` ------------------------------------------------------------------------
+# --- (b) the quick start: a full run with `airflow dags test`, checked against the simulator's truth ---------------
+
+
+def run_demo(tmp_path: Path, *options: str) -> tuple[int, str]:
+    """`cdcreplay demo` (what scripts/quickstart.sh runs) on a config and work folder of the test's own."""
+    config = write_config(tmp_path / "pipelines.yaml", tmp_path / "warehouse", tmp_path / "archive")
+    command = [str(VENV_BIN / "cdcreplay"), "demo", "--config", str(config), "--work", str(tmp_path / "work")]
+    result = subprocess.run(
+        [*command, "--events", str(EVENTS), *options], capture_output=True, text=True, timeout=1200, check=False
+    )
+    return result.returncode, result.stdout + result.stderr
 
 
 @pytest.mark.timeout(1500)
-def test_dags_test_replays_and_publishes(sample_archive, tmp_path):
-    start, end = archive_window(sample_archive)
-    warehouse = tmp_path / "warehouse"
-    config = write_config(tmp_path / "pipelines.yaml", warehouse, sample_archive)
-    env = migrated_home(tmp_path / "home", config)
-    conf = {"config": str(config), "start": start.isoformat(), "end": end.isoformat()}
-
-    began = time.monotonic()
-    result = airflow(
-        env, "dags", "test", DAG_ID, end.date().isoformat(), "--conf", json.dumps(conf), timeout=1200, check=False
-    )
-    print(f"airflow dags test took {time.monotonic() - began:.1f} s")
-    assert result.returncode == 0, _tail(result.stdout + result.stderr, 200)
-    assert_published(warehouse)
+def test_quickstart_demo_publishes_the_true_state_and_passes_reconciliation(tmp_path):
+    code, output = run_demo(tmp_path)
+    assert code == 0, _tail(output, 200)
     for pipeline in PIPELINES:
-        summaries = list((warehouse / pipeline / "runs").glob("*/summary.json"))
+        assert f"reconciliation of {pipeline}: PASS" in output
+    assert output.count("EQUAL to the truth") == 3 * len(PIPELINES), output
+    assert output.count("-> AS EXPECTED") == len(PIPELINES), output
+    assert "everything matches the simulator's truth" in output
+    assert_published(tmp_path / "warehouse")
+    for pipeline in PIPELINES:
+        summaries = list((tmp_path / "warehouse" / pipeline / "runs").glob("*/summary.json"))
         assert len(summaries) == 1, f"{pipeline}: expected one run summary, found {summaries}"
+
+
+@pytest.mark.timeout(1500)
+def test_quickstart_demo_with_lost_changes_fails_reconciliation_naming_them(tmp_path):
+    code, output = run_demo(tmp_path, "--drift", "3")
+    assert code == 0, _tail(output, 200)  # the demo exits 0: the FAIL verdict is what the simulator expects
+    for pipeline in PIPELINES:
+        assert f"reconciliation of {pipeline}: FAIL" in output
+        assert "the simulator expects FAIL" in output
+    assert output.count("-> AS EXPECTED") == len(PIPELINES), output
+    assert output.count("EQUAL to the truth") == 3 * len(PIPELINES), output
 
 
 # --- (c) backfill over two dates on a scheduler, then a rerun of one date ------------------------------------------

@@ -11,10 +11,9 @@ from archive_helpers import pipeline_config
 from pyspark.sql import functions as F
 
 from cdcreplay.entrypoints import EXIT_OK, replay_main
-from cdcreplay.simulator import build_sample_archive
+from cdcreplay.simulator import FORMATS, build_sample_archive
 from cdcreplay.warehouse import read_table
 
-FORMATS = ("debezium-json", "canal-json")
 EVENTS = 2500
 SEED = 11
 
@@ -24,7 +23,7 @@ def simulated(request, tmp_path_factory):
     fmt = request.param
     tmp = tmp_path_factory.mktemp(fmt)
     history = build_sample_archive(tmp / "archive", fmt, events=EVENTS, seed=SEED, layout="parquet")
-    config = pipeline_config(tmp, "sim", fmt, tmp / "archive")
+    config = pipeline_config(tmp, "sim", fmt, tmp / "archive", settings=history.pipeline_settings)
     return fmt, history, config, tmp
 
 

@@ -13,7 +13,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-KNOWN_FORMATS = ("debezium-json", "canal-json")
+from cdcreplay.formats import KNOWN_FORMATS, REGISTRY, option_error
+
 ARCHIVE_LAYOUTS = ("parquet", "jsonl", "kcat")
 SPARK_TYPES = re.compile(
     r"^(int|bigint|smallint|tinyint|float|double|string|boolean|binary|date|timestamp|timestamp_ntz"
@@ -97,22 +98,11 @@ class PipelineConfig(_Strict):
 
     @model_validator(mode="after")
     def _known_options(self):
-        allowed = FORMAT_OPTIONS.get(self.format, {})
-        for option in self.options:
-            if option not in allowed:
-                hint = ", ".join(f"{k} ({v})" for k, v in allowed.items()) or "none"
-                raise ValueError(f"options.{option} is not an option of {self.format}; options: {hint}")
+        for option, value in self.options.items():
+            problem = option_error(self.format, option, value)
+            if problem:
+                raise ValueError(problem)
         return self
-
-
-FORMAT_OPTIONS: dict[str, dict[str, str]] = {
-    "canal-json": {
-        "legacy_swapped": "true for Alibaba DTS instances created before 2022-03-20, whose `data`/`old` are swapped",
-    },
-    "debezium-json": {
-        "drop_tombstones": "reserved; tombstones always go to the control log",
-    },
-}
 
 
 class ProjectConfig(_Strict):
@@ -158,6 +148,19 @@ class LoadedConfig:
         return self.resolve(pipeline.archive.path)
 
 
+def _resolve_path_options(loaded: LoadedConfig) -> LoadedConfig:
+    """Path options (schema files, schema folders) resolved against the config file's folder, as archive paths are."""
+    pipelines = []
+    for pipeline in loaded.project.pipelines:
+        kinds = {name: option.kind for name, option in REGISTRY[pipeline.format].options.items()}
+        options = {
+            name: loaded.resolve(value) if kinds.get(name) == "path" else value
+            for name, value in pipeline.options.items()
+        }
+        pipelines.append(pipeline.model_copy(update={"options": options}))
+    return LoadedConfig(loaded.path, loaded.project.model_copy(update={"pipelines": pipelines}))
+
+
 def _describe(error: dict) -> str:
     location = ".".join(str(part) for part in error["loc"]) or "(top level)"
     message = error["msg"].removeprefix("Value error, ")
@@ -184,4 +187,4 @@ def load_config(path: str | Path) -> LoadedConfig:
     except ValidationError as exc:
         problems = "\n".join(f"  - {_describe(error)}" for error in exc.errors())
         raise ConfigError(f"{config_path}: invalid pipeline config:\n{problems}") from exc
-    return LoadedConfig(config_path, project)
+    return _resolve_path_options(LoadedConfig(config_path, project))

@@ -19,7 +19,7 @@ def render_replay(summaries: list[dict]) -> str:
             continue
         lines.append(
             f"{head}: read {s['records_read']} records ({s['duplicates']} duplicates, {s['missing_offsets']} missing "
-            f"offsets) from {s['files']} files in {s['elapsed_s']:.1f}s"
+            f"offsets) from {s['files']} files; the replay took {s['elapsed_s']:.1f}s"
         )
         decoded = s.get("decoded")
         if not decoded:
@@ -48,6 +48,12 @@ def render_reconciliation(results: list[dict]) -> str:
             lines.append(f"  {r.get('reason', '')}")
             continue
         for t in r.get("tables", []):
+            if t.get("verdict") == "baseline":
+                lines.append(
+                    f"  {t['table_id']} epoch {t.get('epoch_no')}: baseline, {t.get('snapshot_rows')} snapshot rows "
+                    "(the first load: no earlier changes to compare with)"
+                )
+                continue
             counts = ", ".join(
                 f"{k} {t[k]}"
                 for k in ("match", "in_flight", "mismatch", "missing_in_incremental", "missing_in_snapshot")

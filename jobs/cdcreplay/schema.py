@@ -59,6 +59,9 @@ REASON_MISSING_TABLE = "missing_table"  # the message does not say which table i
 REASON_MISSING_IMAGE = "missing_image"  # a row-change without the row image it needs (e.g. insert without after)
 REASON_BAD_VALUE = "bad_value"  # a value that cannot be decoded with its declared type
 REASON_NOT_UTF8 = "not_utf8"
+REASON_DECODE_ERROR = "decode_error"  # a Python-side decoder raised on this record (the message says what)
+REASON_BAD_AVRO = "bad_avro"  # bytes that do not decode with the writer schema (truncated, wrong schema, garbage)
+REASON_UNKNOWN_SCHEMA = "unknown_schema"  # a schema id / fingerprint with no schema file, or no writer schema at all
 
 # Control kinds.
 CONTROL_DDL_KIND = "ddl"

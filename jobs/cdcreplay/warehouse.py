@@ -7,9 +7,9 @@ Layout under ``<warehouse>/<pipeline>/``::
     versions/<version>/tables/<table>/  the typed latest-state table users read (Parquet)
     runs/<run_id>/manifest.json         what was read: files, offsets per partition, gaps, duplicates
     runs/<run_id>/summary.json          counts per stage and table, the published version, the verdict
-    runs/<run_id>/changelog/            this run's decoded changes (input of reconciliation), by table_id
-    runs/<run_id>/quarantine/           records that could not be decoded, with reason and coordinates
-    runs/<run_id>/control/              DDL, transaction markers, tombstones, heartbeats
+    runs/<run_id>/decoded/record_kind=changelog/    this run's decoded row changes (input of reconciliation)
+    runs/<run_id>/decoded/record_kind=quarantine/   records that could not be decoded: raw bytes, reason, coordinates
+    runs/<run_id>/decoded/record_kind=control/      DDL, transaction markers, tombstones, heartbeats
     runs/<run_id>/reconcile/            diff/, metrics.json, report.md, data_docs/
 
 A reader never sees a half-written table: a run writes a new ``versions/<version>`` folder and only then swaps

@@ -11,6 +11,7 @@ No pyspark here: the simulator is plain Python and pyarrow.
 from cdcreplay.simulator.archive_writer import LAYOUTS, build_sample_archive, jsonl_line, kcat_line, write_archive
 from cdcreplay.simulator.encode_canal import canal_text, encode_canal_json
 from cdcreplay.simulator.encode_debezium import decimal_from_base64, decimal_to_base64, encode_debezium_json
+from cdcreplay.simulator.encoders import FORMATS
 from cdcreplay.simulator.history import (
     TABLES,
     Column,
@@ -24,8 +25,6 @@ from cdcreplay.simulator.history import (
 )
 from cdcreplay.simulator.records import KafkaRecord
 from cdcreplay.simulator.truth import canonical_text, json_row, truth_lines, write_truth
-
-FORMATS = ("debezium-json", "canal-json")
 
 __all__ = [
     "FORMATS",

@@ -316,19 +316,19 @@ def build_sample_archive(
 ):
     """Simulate a history, encode it in ``format`` and archive it under ``out_dir`` in one streaming pass.
 
-    Returns the History (its summary is already computed); ``history.archive`` holds what ``write_archive`` returned.
-    ``history_options`` go to ``simulate`` (start, days).
+    Returns the History (its summary is already computed); ``history.archive`` holds what ``write_archive`` returned
+    and ``history.pipeline_settings`` the pipeline config entries a reader of this archive needs (options, tables).
+    ``history_options`` go to ``simulate`` (start, days). ``schemas`` applies to debezium-json only.
     """
-    from cdcreplay.simulator.encode_canal import encode_canal_json
-    from cdcreplay.simulator.encode_debezium import encode_debezium_json
+    from cdcreplay.simulator.encoders import encoder
     from cdcreplay.simulator.history import simulate
 
+    chosen = encoder(format)
     history = simulate(seed=seed, events=events, drift=drift, **history_options)
-    if format == "debezium-json":
-        records = encode_debezium_json(history, schemas=schemas)
-    elif format == "canal-json":
-        records = encode_canal_json(history)
-    else:
-        raise ValueError(f"unknown format {format!r}; the simulator encodes debezium-json and canal-json")
-    history.archive = write_archive(records, out_dir, layout=layout, rows_per_file=rows_per_file)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    options = {"schemas": schemas} if format == "debezium-json" else {}
+    records = chosen.encode(history, out, **options)
+    history.archive = write_archive(records, out, layout=layout, rows_per_file=rows_per_file)
+    history.pipeline_settings = chosen.pipeline(out)
     return history

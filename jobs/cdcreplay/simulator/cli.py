@@ -11,9 +11,8 @@ import time
 from pathlib import Path
 
 from cdcreplay.simulator.archive_writer import LAYOUTS, build_sample_archive
+from cdcreplay.simulator.encoders import FORMATS
 from cdcreplay.simulator.truth import write_truth
-
-FORMATS = ("debezium-json", "canal-json")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

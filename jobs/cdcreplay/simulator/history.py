@@ -1001,6 +1001,7 @@ class History:
         self._summary: _Summary | None = None
         self._events: list[Event] | None = None
         self.archive: dict | None = None  # set by build_sample_archive: what write_archive returned
+        self.pipeline_settings: dict = {}  # set by build_sample_archive: config entries a reader of it needs
 
     def __repr__(self) -> str:
         return f"History(seed={self.seed}, events={self.target_events}, days={self.days}, drift={self.drift})"

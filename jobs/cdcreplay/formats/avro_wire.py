@@ -1,0 +1,144 @@
+"""The Avro wire layer every Avro format shares: framing, writer-schema lookup, and one record decoded by fastavro.
+
+Kafka values carry Avro in three framings:
+  confluent      -- byte 0x00, a 4-byte big-endian schema id, then the Avro binary (Confluent Schema Registry
+                    serializers: Debezium Avro, Qlik with a registry); writer schema ``<registry dir>/<id>.avsc``.
+  single-object  -- bytes 0xC3 0x01, the 8-byte little-endian CRC-64-AVRO fingerprint of the writer schema, then the
+                    Avro binary (Avro's own single-object encoding; generated ``Record.getDecoder()`` classes).
+  raw            -- the Avro binary alone (Alibaba DTS); the writer schema comes from the pipeline config.
+``auto`` decides by the first bytes; since raw Avro may itself start with 0x00 (an int field of value 0), auto treats
+0x00 as Confluent only when a registry folder is configured, and 0xC3 0x01 as single-object only when the fingerprint
+is one of the known schemas. Envelope semantics (what the record means) live in the format modules, not here.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from cdcreplay.formats.python_rows import DecodeError
+from cdcreplay.schema import REASON_BAD_AVRO, REASON_UNKNOWN_SCHEMA
+
+FRAMINGS = ("auto", "raw", "confluent", "single-object")
+CONFLUENT_MAGIC = 0x00
+SINGLE_OBJECT_MAGIC = b"\xc3\x01"
+
+
+class AvroSchemaError(ValueError):
+    """A schema file that cannot be read or parsed; the message names the file and the fix."""
+
+
+@lru_cache(maxsize=256)
+def load_schema(path: str):
+    """Parse an ``.avsc`` file: one schema, or a JSON array of named types whose LAST entry is the message type."""
+    import fastavro
+
+    try:
+        document = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise AvroSchemaError(f"Avro schema file {path} does not exist; fix the path in the pipeline options") from None
+    except json.JSONDecodeError as error:
+        raise AvroSchemaError(f"Avro schema file {path} is not valid JSON ({error})") from None
+    try:
+        if isinstance(document, list):
+            named: dict = {}
+            parsed = None
+            for item in document:
+                parsed = fastavro.parse_schema(item, named_schemas=named)
+            if parsed is None:
+                raise AvroSchemaError(f"Avro schema file {path} is an empty list")
+            return parsed
+        return fastavro.parse_schema(document)
+    except AvroSchemaError:
+        raise
+    except Exception as error:
+        raise AvroSchemaError(f"Avro schema file {path} is not a valid Avro schema ({error})") from None
+
+
+def fingerprint(parsed_schema) -> bytes:
+    """CRC-64-AVRO fingerprint of a parsed schema, little-endian, as single-object encoding writes it."""
+    from fastavro.schema import fingerprint as avro_fingerprint
+    from fastavro.schema import to_parsing_canonical_form
+
+    # fastavro prints the fingerprint's bytes in little-endian order already: the header bytes as they are.
+    return bytes.fromhex(avro_fingerprint(to_parsing_canonical_form(parsed_schema), "CRC-64-AVRO"))
+
+
+@dataclass(frozen=True)
+class AvroWire:
+    """How a pipeline's values are framed and where their writer schemas are (paths, so it pickles to executors)."""
+
+    framing: str = "auto"
+    writer_schema: str | None = None  # .avsc for raw (and single-object) values
+    registry_dir: str | None = None  # folder of <schema id>.avsc for Confluent-framed values
+    _fingerprints: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self):
+        if self.framing not in FRAMINGS:
+            raise AvroSchemaError(f"framing {self.framing!r} is not one of {', '.join(FRAMINGS)}")
+
+    def _single_object_schema(self, print_bytes: bytes):
+        if not self._fingerprints:
+            candidates = [self.writer_schema] if self.writer_schema else []
+            if self.registry_dir:
+                candidates += [str(p) for p in sorted(Path(self.registry_dir).glob("*.avsc"))]
+            for path in candidates:
+                self._fingerprints[fingerprint(load_schema(path))] = path
+        path = self._fingerprints.get(print_bytes)
+        return load_schema(path) if path else None
+
+    def split(self, value: bytes) -> tuple[object, bytes, str]:
+        """(parsed writer schema, Avro body, framing description) for one Kafka value."""
+        framing = self.framing
+        if framing == "auto":
+            if value[:1] == b"\x00" and self.registry_dir:
+                framing = "confluent"
+            elif value[:2] == SINGLE_OBJECT_MAGIC and len(value) >= 10 and self._single_object_schema(value[2:10]):
+                framing = "single-object"
+            else:
+                framing = "raw"
+        if framing == "confluent":
+            if len(value) < 5 or value[0] != CONFLUENT_MAGIC:
+                raise DecodeError(REASON_BAD_AVRO, "value is not Confluent-framed Avro (no 0x00 magic byte and id)")
+            schema_id = struct.unpack(">I", value[1:5])[0]
+            path = Path(self.registry_dir or ".") / f"{schema_id}.avsc"
+            if not path.is_file():
+                raise DecodeError(
+                    REASON_UNKNOWN_SCHEMA,
+                    f"schema id {schema_id} is not in the schema folder {self.registry_dir} (expected {path.name}); "
+                    "export it from the schema registry into that folder",
+                )
+            return load_schema(str(path)), value[5:], f"confluent id {schema_id}"
+        if framing == "single-object":
+            if value[:2] != SINGLE_OBJECT_MAGIC or len(value) < 10:
+                raise DecodeError(REASON_BAD_AVRO, "value is not Avro single-object encoded (no C3 01 header)")
+            schema = self._single_object_schema(value[2:10])
+            if schema is None:
+                raise DecodeError(
+                    REASON_UNKNOWN_SCHEMA,
+                    f"no known schema has the fingerprint {value[2:10].hex()}; configure the writer schema",
+                )
+            return schema, value[10:], "single-object"
+        if not self.writer_schema:
+            raise DecodeError(REASON_UNKNOWN_SCHEMA, "raw Avro needs a writer schema; set it in the pipeline options")
+        return load_schema(self.writer_schema), value, "raw"
+
+    def decode(self, value: bytes) -> dict:
+        """The Avro record of one Kafka value, as fastavro returns it (unions of records keep their name)."""
+        import fastavro
+
+        schema, body, framing = self.split(value)
+        stream = io.BytesIO(body)
+        try:
+            record = fastavro.schemaless_reader(stream, schema, return_record_name=True)
+        except Exception as error:
+            raise DecodeError(
+                REASON_BAD_AVRO,
+                f"{framing} Avro does not decode with its writer schema: {type(error).__name__}: {error}",
+            ) from None
+        # Bytes after the record are ignored, as Avro's Java readers (and so every Kafka consumer) ignore them.
+        return record
