@@ -62,6 +62,9 @@ REASON_NOT_UTF8 = "not_utf8"
 REASON_DECODE_ERROR = "decode_error"  # a Python-side decoder raised on this record (the message says what)
 REASON_BAD_AVRO = "bad_avro"  # bytes that do not decode with the writer schema (truncated, wrong schema, garbage)
 REASON_UNKNOWN_SCHEMA = "unknown_schema"  # a schema id / fingerprint with no schema file, or no writer schema at all
+# --- Alibaba formats (issue 3): reason codes below this line ---
+# --- Huawei DRS formats (issue 4): reason codes below this line ---
+# --- Qlik Replicate and Debezium (issue 5): reason codes below this line ---
 
 # Control kinds.
 CONTROL_DDL_KIND = "ddl"

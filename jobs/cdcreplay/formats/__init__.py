@@ -45,6 +45,9 @@ REGISTRY: dict[str, FormatSpec] = {
             ),
         },
     ),
+    # --- Alibaba formats (issue 3): entries below this line ---
+    # --- Huawei DRS formats (issue 4): entries below this line ---
+    # --- Qlik Replicate and Debezium Avro (issue 5): entries below this line ---
 }
 KNOWN_FORMATS = tuple(REGISTRY)
 

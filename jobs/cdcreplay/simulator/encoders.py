@@ -32,6 +32,9 @@ class Encoder:
 ENCODERS: dict[str, Encoder] = {
     "debezium-json": Encoder(lambda history, out_dir, schemas=True: encode_debezium_json(history, schemas=schemas)),
     "canal-json": Encoder(lambda history, out_dir: encode_canal_json(history)),
+    # --- Alibaba formats (issue 3): entries below this line ---
+    # --- Huawei DRS formats (issue 4): entries below this line ---
+    # --- Qlik Replicate and Debezium Avro (issue 5): entries below this line ---
 }
 FORMATS = tuple(ENCODERS)
 
