@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 from archive_helpers import Record, pipeline_config, write_parquet
 
-from cdcreplay.entrypoints import EXIT_BAD_INPUT, EXIT_OK, replay_main
+from cdcreplay.entrypoints import EXIT_BAD_INPUT, EXIT_ERROR, EXIT_OK, replay_main
 
 GOOD_DEBEZIUM = {
     "before": None,
@@ -160,3 +160,38 @@ def test_canal_bad_messages(spark, tmp_path):
     assert got == [(0, "missing_key"), (1, "unknown_op"), (2, "missing_image"), (3, "bad_value"), (4, "not_json")]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["tables"]["shop.t"]["rows"] == 2
+
+
+def test_a_table_failing_its_latest_state_suite_is_not_published(spark, tmp_path, capsys):
+    """Write -> audit -> publish: keys "1" and "01" are two keys in the change stream but the same int in the typed
+    table, so `latest_state` (keys unique) fails, nothing is published and the previous version stays."""
+
+    def canal_insert(offset: int, key: str) -> Record:
+        message = {
+            "data": [{"id": key, "v": f"row {key}"}],
+            "database": "shop",
+            "table": "t",
+            "type": "INSERT",
+            "isDdl": False,
+            "pkNames": ["id"],
+            "mysqlType": {"id": "int", "v": "varchar(8)"},
+            "es": 1000 + offset,
+            "id": offset,
+        }
+        return Record("c", 0, offset, json.dumps(message))
+
+    write_parquet([canal_insert(0, "1")], tmp_path / "archive" / "p0.parquet")
+    config = pipeline_config(tmp_path, "gate", "canal-json", tmp_path / "archive")
+    assert replay_main(["--config", str(config), "--run-id", "good"]) == EXIT_OK
+    current = tmp_path / "warehouse" / "gate" / "_CURRENT.json"
+    published = current.read_text()
+    assert json.loads(published)["run_id"] == "good"
+
+    write_parquet([canal_insert(1, "01")], tmp_path / "archive" / "p1.parquet")
+    assert replay_main(["--config", str(config), "--run-id", "bad"]) == EXIT_ERROR
+    assert current.read_text() == published  # readers still see the good version
+    error = capsys.readouterr().err
+    assert "suite latest_state failed, nothing was published and the previous version stays: shop.t: " in error
+    assert "expect_column_values_to_be_unique(column=id): 2 unexpected of 2 (1: 2)" in error
+    versions = list((tmp_path / "warehouse" / "gate" / "versions").iterdir())
+    assert len(versions) == 1, "the rejected version's folder is removed"

@@ -27,7 +27,7 @@ from cdcreplay.airflow_env import REPO
 REFERENCE_EVENTS_PER_S = {"spark (hand-written, from_json + max_by)": 196_000, "duckdb": 1_000_000}
 SPARK_REFERENCE = REFERENCE_EVENTS_PER_S["spark (hand-written, from_json + max_by)"]
 SEED = 4242
-STAGES = ("read", "decode", "compact", "publish")
+STAGES = ("read", "decode", "compact", "type", "audit", "publish")
 
 
 def _archive(work: Path, fmt: str, events: int) -> Path:

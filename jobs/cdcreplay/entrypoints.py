@@ -54,6 +54,8 @@ def parse_spec(argv: list[str] | None, description: str) -> RunSpec:
 
 def _guarded(body) -> int:
     from cdcreplay.archive import ArchiveError
+    from cdcreplay.pipeline import AccountingError, QualityGateError
+    from cdcreplay.tables import TypeConflictError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -61,6 +63,10 @@ def _guarded(body) -> int:
     except (ConfigError, ArchiveError) as exc:
         print(f"cdcreplay: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except (QualityGateError, AccountingError, TypeConflictError) as exc:
+        # The run refused to publish what it built; the message says why and what stays published.
+        print(f"cdcreplay: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     except Exception:  # anything else is a failure of the run, kept apart from a failed verdict (exit 1)
         logging.getLogger("cdcreplay").exception("run failed")
         return EXIT_ERROR

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import time
 from pathlib import Path
 
@@ -27,6 +28,10 @@ log = logging.getLogger("cdcreplay")
 
 class AccountingError(RuntimeError):
     """Records read and records accounted for (changelog + control + quarantine) disagree."""
+
+
+class QualityGateError(RuntimeError):
+    """A table of the new version failed its latest_state suite: nothing was published."""
 
 
 def selection_for(pipeline: PipelineConfig, spec: RunSpec) -> archive.Selection:
@@ -100,7 +105,7 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
     state = spark.read.parquet(str(paths.state_dir(version)))
     t = lap("compact", t)
 
-    # -- typed tables, then one atomic switch of the published pointer ---------------------------------------------
+    # -- typed tables, audited, then one atomic switch of the published pointer ------------------------------------
     layouts = table_layouts(state)
     tables: dict[str, dict] = {}
     for table_id, layout in sorted(layouts.items()):
@@ -130,6 +135,11 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
         }
     for table_id, row in counts.items():  # tables whose every key is deleted still exist, empty
         tables.setdefault(table_id, {"rows": 0, "tombstones": row["tombstones"], "key_columns": [], "columns": []})
+    t = lap("type", t)
+
+    # -- audit before publish: a table that fails its suite is never published; readers keep the previous version --
+    quality = _audit_tables(spark, paths, version, layouts, run_dir)
+    t = lap("audit", t)
     pointer = warehouse.publish(paths, version, tables, spec.run_id, config.project.keep_versions)
     lap("publish", t)
 
@@ -143,12 +153,34 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
                 tid: {**info, "path": str(paths.root / pointer["tables"][tid]["path"])} for tid, info in tables.items()
             },
             "decoded": kinds,
+            "quality": quality,
             "changelog_path": decoded_path(paths, spec.run_id, KIND_CHANGE),
             "quarantine_path": decoded_path(paths, spec.run_id, KIND_QUARANTINE),
         }
     )
     warehouse.write_json_atomically(run_dir / "summary.json", summary)
     return summary
+
+
+def _audit_tables(spark: SparkSession, paths, version: str, layouts: dict, run_dir: Path) -> dict:
+    """Run the latest_state suite (key columns not null, unique) on every typed table written for ``version``."""
+    from cdcreplay.quality import SUITE_LATEST_STATE, validate_latest_state
+
+    data_docs = run_dir / "quality" / "data_docs"
+    results = {}
+    for table_id, layout in sorted(layouts.items()):
+        frame = spark.read.parquet(str(paths.table_dir(version, table_id)))
+        outcome = validate_latest_state(frame, list(layout.key_columns), data_docs_dir=data_docs, table_id=table_id)
+        results[table_id] = {"success": outcome.success, "failed": outcome.failed}
+    failed = {table_id: r["failed"] for table_id, r in results.items() if not r["success"]}
+    if failed:
+        shutil.rmtree(paths.version_dir(version), ignore_errors=True)
+        problems = "; ".join(f"{table_id}: {', '.join(f)}" for table_id, f in failed.items())
+        raise QualityGateError(
+            f"suite {SUITE_LATEST_STATE} failed, nothing was published and the previous version stays: {problems}. "
+            f"Data Docs: {data_docs / 'index.html'}"
+        )
+    return {"suite": SUITE_LATEST_STATE, "tables": results, "data_docs_path": str(data_docs / "index.html")}
 
 
 def _read_decoded(spark: SparkSession, paths, run_id: str, kind: str, changelog_only: bool = False) -> DataFrame:

@@ -22,10 +22,16 @@ def build_session(app_name: str = "cdcreplay", master: str | None = None, extra:
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)
+    if (
+        not master
+        and not os.environ.get("SPARK_ENV_LOADED")
+        and "spark.master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", "")
+    ):
+        master = os.environ.get("CDCREPLAY_SPARK_MASTER", "local[*]")
     if master:
         builder = builder.master(master)
-    elif not os.environ.get("SPARK_ENV_LOADED") and "spark.master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
-        builder = builder.master(os.environ.get("CDCREPLAY_SPARK_MASTER", "local[*]"))
+        if master.startswith("local"):
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # a local run listens on loopback only
     for key, value in {**SAFE_DEFAULTS, **(extra or {})}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
