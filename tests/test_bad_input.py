@@ -4,6 +4,10 @@ its Kafka coordinates, and the run's accounting adds up. Every case runs through
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
 
 import pyarrow.parquet as pq
 import pytest
@@ -195,3 +199,24 @@ def test_a_table_failing_its_latest_state_suite_is_not_published(spark, tmp_path
     assert "expect_column_values_to_be_unique(column=id): 2 unexpected of 2 (1: 2)" in error
     versions = list((tmp_path / "warehouse" / "gate" / "versions").iterdir())
     assert len(versions) == 1, "the rejected version's folder is removed"
+
+
+def test_a_pipeline_locked_by_a_live_run_is_refused_and_a_dead_runs_lock_is_broken(spark, tmp_path, capsys):
+    write_parquet(
+        [Record("shop.items", 0, 0, json.dumps(GOOD_DEBEZIUM), key='{"id": 1}')], tmp_path / "a" / "p.parquet"
+    )
+    config = pipeline_config(tmp_path, "locked", "debezium-json", tmp_path / "a")
+    lock = tmp_path / "warehouse" / "locked" / "_LOCK.json"
+    lock.parent.mkdir(parents=True)
+    holder = {"run_id": "other", "host": socket.gethostname(), "acquired_at": "2026-01-01T00:00:00+00:00"}
+
+    lock.write_text(json.dumps({**holder, "pid": os.getpid(), "acquired_at_epoch": 0}))  # alive: this very process
+    assert replay_main(["--config", str(config), "--run-id", "r1"]) == EXIT_ERROR
+    assert "pipeline 'locked' is being written by run other (pid" in capsys.readouterr().err
+    assert not (tmp_path / "warehouse" / "locked" / "_CURRENT.json").exists()
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    lock.write_text(json.dumps({**holder, "pid": int(gone.stdout), "acquired_at_epoch": 0}))  # its process is gone
+    assert replay_main(["--config", str(config), "--run-id", "r2"]) == EXIT_OK
+    assert json.loads((tmp_path / "warehouse" / "locked" / "_CURRENT.json").read_text())["run_id"] == "r2"
+    assert sorted(p.name for p in lock.parent.iterdir() if p.name.startswith((".", "_"))) == ["_CURRENT.json"]

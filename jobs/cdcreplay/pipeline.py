@@ -256,7 +256,12 @@ def run(spark: SparkSession, config: LoadedConfig, spec: RunSpec) -> list[dict]:
     names = spec.pipelines or tuple(p.name for p in config.project.pipelines)
     summaries = []
     for name in names:
-        summaries.append(run_pipeline(spark, config, config.project.pipeline(name), spec))
+        pipeline = config.project.pipeline(name)
+        if spec.dry_run:  # reads nothing but the coordinates and writes only its manifest: no lock needed
+            summaries.append(run_pipeline(spark, config, pipeline, spec))
+            continue
+        with warehouse.pipeline_lock(warehouse.PipelinePaths(config.warehouse, name), spec.run_id):
+            summaries.append(run_pipeline(spark, config, pipeline, spec))
     return summaries
 
 

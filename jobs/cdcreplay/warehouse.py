@@ -14,6 +14,7 @@ Layout under ``<warehouse>/<pipeline>/``::
 
 A reader never sees a half-written table: a run writes a new ``versions/<version>`` folder and only then swaps
 ``_CURRENT.json`` (write to a temporary file, fsync, ``os.replace``). A failed run leaves the previous pointer.
+``_LOCK.json`` is held while a run writes (see :func:`pipeline_lock`).
 """
 
 from __future__ import annotations
@@ -22,12 +23,18 @@ import json
 import os
 import re
 import shutil
+import socket
 import tempfile
+import time
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 CURRENT_FILE = "_CURRENT.json"
+LOCK_FILE = "_LOCK.json"
+# A lock older than this is taken to belong to a run that died on another machine (where its pid cannot be checked).
+LOCK_STALE_AFTER_S = 6 * 3600
 UNSAFE_PATH_CHARS = re.compile(r"[^A-Za-z0-9_.\-]")
 
 
@@ -48,6 +55,10 @@ class PipelinePaths:
     @property
     def current_file(self) -> Path:
         return self.root / CURRENT_FILE
+
+    @property
+    def lock_file(self) -> Path:
+        return self.root / LOCK_FILE
 
     def version_dir(self, version: str) -> Path:
         return self.root / "versions" / version
@@ -133,3 +144,73 @@ def published_table_path(paths: PipelinePaths, table_id: str) -> str:
 def read_table(spark, warehouse: str, pipeline: str, table_id: str):
     """The published latest-state table as a DataFrame (the documented way to read one from Spark)."""
     return spark.read.parquet(published_table_path(PipelinePaths(warehouse, pipeline), table_id))
+
+
+class PipelineBusyError(RuntimeError):
+    """Another live run holds the pipeline's lock."""
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists, it is just not ours
+    return True
+
+
+def _lock_is_stale(holder: dict, now: float) -> bool:
+    if holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int):
+        return not _pid_alive(holder["pid"])
+    return now - float(holder.get("acquired_at_epoch", 0)) > LOCK_STALE_AFTER_S
+
+
+@contextmanager
+def pipeline_lock(paths: PipelinePaths, run_id: str):
+    """Hold the pipeline's write lock for the body: two runs never write one pipeline's warehouse folder at once.
+
+    The lock is a file created with O_EXCL. A crashed run cannot hold it forever: on the same host a lock whose
+    process is gone is stale, elsewhere one older than ``LOCK_STALE_AFTER_S``. A stale lock is broken by renaming
+    it away (atomic: of two runs breaking it at once, one wins the rename and the other retries and waits).
+    """
+    paths.root.mkdir(parents=True, exist_ok=True)
+    me = {
+        "run_id": run_id,
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "acquired_at": datetime.now(UTC).isoformat(),
+        "acquired_at_epoch": time.time(),
+    }
+    for _attempt in range(3):
+        try:
+            handle = os.open(paths.lock_file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                holder = json.loads(paths.lock_file.read_text(encoding="utf-8"))
+            except (FileNotFoundError, json.JSONDecodeError):
+                holder = {}  # released meanwhile, or being written: try again
+            if holder and not _lock_is_stale(holder, time.time()):
+                raise PipelineBusyError(
+                    f"pipeline {paths.pipeline!r} is being written by run {holder.get('run_id')} (pid "
+                    f"{holder.get('pid')} on {holder.get('host')} since {holder.get('acquired_at')}); run again when "
+                    f"it is done, or delete {paths.lock_file} if that run is known to be gone"
+                ) from None
+            if holder:
+                with suppress(FileNotFoundError):
+                    os.rename(paths.lock_file, paths.root / f".{LOCK_FILE}.stale-{os.getpid()}-{time.time_ns()}")
+            continue
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            json.dump(me, stream)
+        break
+    else:
+        raise PipelineBusyError(f"pipeline {paths.pipeline!r}: could not take the lock {paths.lock_file}; run again")
+    try:
+        yield
+    finally:
+        with suppress(FileNotFoundError):
+            holder = json.loads(paths.lock_file.read_text(encoding="utf-8"))
+            if holder.get("pid") == me["pid"] and holder.get("run_id") == run_id:
+                paths.lock_file.unlink()
+        for debris in paths.root.glob(f".{LOCK_FILE}.stale-*"):
+            debris.unlink(missing_ok=True)
