@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from decimal import Decimal
 
-from cdcreplay.compaction import latest_rows, merge_with_state
+from cdcreplay.compaction import latest_rows, merge_with_state, purge_tombstones
 from cdcreplay.schema import CHANGELOG_DDL
 
 TYPES = {"id": "int", "v": "string", "w": "string"}
@@ -136,3 +137,29 @@ def test_merging_previous_state_equals_full_replay_and_is_idempotent(spark):
     assert full['["2"]'] == (True, None)
     again = merge_with_state(day2, frame(spark, history[3:]))  # a rerun of day 2 changes nothing
     assert state_of(again) == full
+
+
+def test_tombstones_are_purged_only_past_their_retention(spark):
+    def at(row, day):
+        return {**row, "event_time": datetime(2026, 1, day)}
+
+    history = [
+        at(change("insert", 1, {"id": "1", "v": "a", "w": None}, position=(1,)), 1),
+        at(change("delete", 1, None, position=(2,)), 2),  # 8 days before the newest event
+        at(change("insert", 2, {"id": "2", "v": "b", "w": None}, position=(3,)), 3),
+        at(change("delete", 2, None, position=(4,)), 8),  # 2 days before it
+        at(change("insert", 3, {"id": "3", "v": "c", "w": None}, position=(5,)), 10),
+    ]
+    state = latest_rows(frame(spark, history))
+    assert purge_tombstones(state, None) is state  # the default keeps every tombstone
+    assert state_of(purge_tombstones(state, 5)) == {
+        '["2"]': (True, None),
+        '["3"]': (False, {"id": "3", "v": "c", "w": None}),
+    }
+    # Past the retention a late event older than the purged delete brings key 1 back: the documented trade-off.
+    late = at(change("update", 1, {"id": "1", "v": "late", "w": None}, position=(1, 5)), 1)
+    assert state_of(merge_with_state(purge_tombstones(state, 5), frame(spark, [late])))['["1"]'] == (
+        False,
+        {"id": "1", "v": "late", "w": None},
+    )
+    assert state_of(merge_with_state(state, frame(spark, [late])))['["1"]'] == (True, None)

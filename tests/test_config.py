@@ -61,6 +61,14 @@ def test_valid_config_resolves_paths_against_its_folder(tmp_path):
             r"options.swapped is not an option of canal-json; options: legacy_swapped",
         ),
         (VALID.replace("primary_key: [order_id]", "primary_key: []"), r"primary_key must list at least one column"),
+        (
+            VALID.replace("    topics:", "    tombstone_retention_days: 0\n    topics:"),
+            r"pipelines.0.tombstone_retention_days: Input should be greater than or equal to 1",
+        ),
+        (
+            VALID.replace("legacy_swapped: true", "legacy_swapped: 'yes'"),
+            r"options.legacy_swapped must be true or false, got 'yes'",
+        ),
         (VALID + VALID.split("pipelines:\n")[1], r"pipeline name 'shop' is declared twice"),
         ("warehouse: [unclosed", r"not valid YAML"),
         ("- just a list", r"expected a mapping with `warehouse` and `pipelines`"),

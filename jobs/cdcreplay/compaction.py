@@ -14,6 +14,11 @@ full image or delete.
 
 Merging is a max over a total order, so it is idempotent and order-independent: compacting (previous state + new
 changes) equals compacting the whole history, and replaying the same range twice changes nothing.
+
+Tombstone retention (``purge_tombstones``): by default a tombstone stays in the state forever, so no late event can
+ever bring its key back. With a retention of N days, a tombstone whose delete happened more than N days before the
+newest event of the state is dropped; an event older than that delete arriving after the purge would then bring
+the key back. The reference is the data's own newest event time, not the wall clock, so reruns stay identical.
 """
 
 from __future__ import annotations
@@ -105,6 +110,19 @@ def _apply_truncates(changelog: DataFrame, last: DataFrame) -> DataFrame:
             for c in S.CHANGELOG_COLUMNS
         ]
     )
+
+
+def purge_tombstones(state: DataFrame, retention_days: int | None) -> DataFrame:
+    """The state without tombstones older than ``retention_days`` before its newest event (see module docstring)."""
+    if retention_days is None:
+        return state
+    newest = state.agg(F.max("event_time")).first()[0]
+    if newest is None:
+        return state
+    horizon = F.lit(newest) - F.make_interval(days=F.lit(retention_days))
+    # A tombstone without an event time cannot be aged: it is kept.
+    expired = F.col("deleted") & F.col("event_time").isNotNull() & (F.col("event_time") < horizon)
+    return state.where(~expired)
 
 
 def merge_with_state(previous_state: DataFrame | None, changes: DataFrame) -> DataFrame:

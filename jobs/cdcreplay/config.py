@@ -75,6 +75,11 @@ class PipelineConfig(_Strict):
     tables: dict[str, TableConfig] = Field(
         default_factory=dict, description="Per-table overrides, keyed by table id `db.table` or `db.schema.table`."
     )
+    tombstone_retention_days: int | None = Field(
+        default=None,
+        ge=1,
+        description="Drop a deleted key's tombstone this many days after its delete (by event time); unset: never.",
+    )
     options: dict[str, bool | str | int] = Field(
         default_factory=dict, description="Format options, e.g. canal-json `legacy_swapped: true`."
     )

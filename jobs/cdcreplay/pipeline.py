@@ -15,7 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdcreplay import archive, warehouse
-from cdcreplay.compaction import merge_with_state
+from cdcreplay.compaction import merge_with_state, purge_tombstones
 from cdcreplay.config import LoadedConfig, PipelineConfig
 from cdcreplay.formats import decoder
 from cdcreplay.formats.common import DECODED_DDL, KIND_CHANGE, KIND_CONTROL, KIND_QUARANTINE
@@ -100,7 +100,7 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
         base_state = spark.read.parquet(str(paths.root / current["state"]))
     changes = _read_decoded(spark, paths, spec.run_id, KIND_CHANGE, changelog_only=True)
     version = warehouse.new_version(spec.run_id)
-    state = merge_with_state(base_state, changes)
+    state = purge_tombstones(merge_with_state(base_state, changes), pipeline.tombstone_retention_days)
     state.write.mode("overwrite").partitionBy("table_id").parquet(str(paths.state_dir(version)))
     state = spark.read.parquet(str(paths.state_dir(version)))
     t = lap("compact", t)
