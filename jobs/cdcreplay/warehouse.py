@@ -104,7 +104,11 @@ def write_json_atomically(path: Path, document: dict) -> None:
 
 
 def publish(paths: PipelinePaths, version: str, tables: dict[str, dict], run_id: str, keep_versions: int) -> dict:
-    """Point readers at ``version`` in one atomic step, then drop versions older than the newest ``keep_versions``."""
+    """Point readers at ``version`` in one atomic step, then drop every version folder that is not one of the newest
+    ``keep_versions`` published ones -- including the half-written folder of a run that crashed before publishing."""
+    previous = read_current(paths)
+    published_before = (previous.get("history") or [previous["version"]]) if previous else []
+    history = [version, *(v for v in published_before if v != version)][:keep_versions]
     pointer = {
         "version": version,
         "run_id": run_id,
@@ -114,20 +118,20 @@ def publish(paths: PipelinePaths, version: str, tables: dict[str, dict], run_id:
             table_id: {**info, "path": str(paths.table_dir(version, table_id).relative_to(paths.root))}
             for table_id, info in sorted(tables.items())
         },
+        "history": history,  # newest first; the versions kept on disk
     }
     write_json_atomically(paths.current_file, pointer)
-    _remove_old_versions(paths, keep=keep_versions, protect=version)
+    _remove_versions_except(paths, keep=set(history))
     return pointer
 
 
-def _remove_old_versions(paths: PipelinePaths, keep: int, protect: str) -> None:
+def _remove_versions_except(paths: PipelinePaths, keep: set[str]) -> None:
     versions_root = paths.root / "versions"
     if not versions_root.is_dir():
         return
-    versions = sorted(p.name for p in versions_root.iterdir() if p.is_dir())
-    for name in versions[: max(0, len(versions) - keep)]:
-        if name != protect:
-            shutil.rmtree(versions_root / name, ignore_errors=True)
+    for folder in versions_root.iterdir():
+        if folder.is_dir() and folder.name not in keep:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def published_table_path(paths: PipelinePaths, table_id: str) -> str:
