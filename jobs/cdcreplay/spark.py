@@ -12,6 +12,8 @@ SAFE_DEFAULTS = {
     # Overlaying a partial image on a full one (Canal `old` on `data`) is map_concat with the later value winning.
     "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
     "spark.sql.sources.partitionOverwriteMode": "dynamic",
+    # Canonical binary text is plain base64; Spark's default breaks base64() output with CRLF every 76 characters.
+    "spark.sql.chunkBase64String.enabled": "false",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.ui.showConsoleProgress": "false",
 }
