@@ -5,6 +5,7 @@ Storage is touched only here (and in warehouse.py); every step in between is Dat
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import shutil
@@ -20,7 +21,7 @@ from cdcreplay.config import LoadedConfig, PipelineConfig
 from cdcreplay.formats import decoder
 from cdcreplay.formats.common import DECODED_DDL, KIND_CHANGE, KIND_CONTROL, KIND_QUARANTINE
 from cdcreplay.run_spec import RunSpec
-from cdcreplay.schema import CHANGELOG_COLUMNS
+from cdcreplay.schema import CHANGELOG_COLUMNS, CONTROL_NOTE
 from cdcreplay.tables import TypeConflictError, table_layouts, typed_table, unreadable_values
 
 log = logging.getLogger("cdcreplay")
@@ -85,7 +86,17 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
     # -- decode: one pass over the archive, routed to changelog / control / quarantine -----------------------------
     if manifest["duplicates"]:
         selected = archive.deduplicate(selected)
-    decoded = decoder(pipeline.format)(selected, pipeline)
+    # The published state this run builds on (none on a full rebuild). A decoder whose changes are patches onto the
+    # stored row (DRS DDS `$set` into embedded documents) declares a `base_state` parameter and reads it too.
+    current = warehouse.read_current(paths)
+    base_state = None
+    if current and not spec.full_rebuild:
+        base_state = spark.read.parquet(str(paths.root / current["state"]))
+    decode = decoder(pipeline.format)
+    if "base_state" in inspect.signature(decode).parameters:
+        decoded = decode(selected, pipeline, base_state=base_state)
+    else:
+        decoded = decode(selected, pipeline)
     if spec.tables:
         decoded = decoded.where((F.col("record_kind") != KIND_CHANGE) | F.col("table_id").isin(list(spec.tables)))
     decoded.write.mode("overwrite").partitionBy("record_kind").parquet(str(run_dir / "decoded"))
@@ -93,11 +104,7 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
     _check_accounting(kinds, manifest, spec)
     t = lap("decode", t)
 
-    # -- compact onto the previous published state, unless this is a full rebuild ---------------------------------
-    current = warehouse.read_current(paths)
-    base_state = None
-    if current and not spec.full_rebuild:
-        base_state = spark.read.parquet(str(paths.root / current["state"]))
+    # -- compact onto the previous published state (base_state, read above), unless this is a full rebuild ---------
     changes = _read_decoded(spark, paths, spec.run_id, KIND_CHANGE, changelog_only=True)
     version = warehouse.new_version(spec.run_id)
     state = purge_tombstones(merge_with_state(base_state, changes), pipeline.tombstone_retention_days)
@@ -194,8 +201,10 @@ def _read_decoded(spark: SparkSession, paths, run_id: str, kind: str, changelog_
 
 def _decoded_counts(spark: SparkSession, paths, run_id: str) -> dict:
     decoded = spark.read.parquet(str(paths.run_dir(run_id) / "decoded"))
+    # Notes (how a decoder read records the config left open) are counted per text for the run summary.
+    note = F.when(F.col("control_kind") == CONTROL_NOTE, F.col("detail")).alias("note")
     per_kind = (
-        decoded.groupBy("record_kind", "reason", "control_kind", "table_id")
+        decoded.groupBy("record_kind", "reason", "control_kind", "table_id", note)
         .agg(F.count(F.lit(1)).alias("rows"))
         .collect()
     )
@@ -208,8 +217,11 @@ def _decoded_counts(spark: SparkSession, paths, run_id: str) -> dict:
         "quarantine_by_reason": {},
         "control_by_kind": {},
         "changes_by_table": {},
+        "notes": {},
     }
     for row in per_kind:
+        if row.note is not None:
+            counts["notes"][row.note] = counts["notes"].get(row.note, 0) + row.rows
         if row.record_kind == KIND_CHANGE:
             counts["changelog_rows"] += row.rows
             counts["changes_by_table"][row.table_id] = counts["changes_by_table"].get(row.table_id, 0) + row.rows

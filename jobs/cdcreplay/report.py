@@ -30,6 +30,8 @@ def render_replay(summaries: list[dict]) -> str:
             f"quarantined {decoded['quarantined']}"
             + (f" {decoded['quarantine_by_reason']}" if decoded["quarantined"] else "")
         )
+        for note, count in sorted(decoded.get("notes", {}).items()):
+            lines.append(f"  note ({count} records): {note}")
         lines.append(f"  published version {s['version']}:")
         for table_id, info in sorted(s["tables"].items()):
             lines.append(f"    {table_id:40} {info['rows']:>10} rows  {info['tombstones']:>8} deleted keys")

@@ -110,9 +110,13 @@ def debezium_field_type(name: Column, primitive: Column, scale: Column, precisio
             ),
             F.lit("timestamp_ntz"),
         )
-        .when(name == "io.debezium.time.ZonedTimestamp", F.lit("timestamp"))
+        .when(name.isin("io.debezium.time.ZonedTimestamp", "io.debezium.time.IsoTimestamp"), F.lit("timestamp"))
+        .when(name == "io.debezium.time.IsoDate", F.lit("date"))
         .when(name == "io.debezium.time.Year", F.lit("int"))
-        .when(name.isNotNull(), F.lit("string"))  # VariableScaleDecimal, *Time, Json, Enum, Uuid, Xml, ...
+        # Durations: an integer count of their unit (Parquet cannot hold Spark intervals).
+        .when(name.isin("io.debezium.time.MicroDuration", "io.debezium.time.NanoDuration"), F.lit("bigint"))
+        .when(name == "io.debezium.data.Bits", F.lit("binary"))  # BIT(n): bytes, base64 like any binary
+        .when(name.isNotNull(), F.lit("string"))  # VariableScaleDecimal, *Time, Interval, Json, Enum, Uuid, Xml, ...
         .when(primitive == "boolean", F.lit("boolean"))
         .when(primitive == "int8", F.lit("tinyint"))
         .when(primitive == "int16", F.lit("smallint"))

@@ -46,8 +46,92 @@ REGISTRY: dict[str, FormatSpec] = {
         },
     ),
     # --- Alibaba formats (issue 3): entries below this line ---
+    "dts-shareplex-json": FormatSpec(
+        "cdcreplay.formats.dts_shareplex_json",
+        "Alibaba DTS Shareplex JSON (keys and column types from tables.<t>: the format carries neither)",
+    ),
+    "dts-avro": FormatSpec(
+        "cdcreplay.formats.dts_avro",
+        "Alibaba DTS Avro: raw Avro binary of com.alibaba.dts.formats.avro.Record, decoded with fastavro",
+        {
+            "writer_schema": FormatOption(
+                "path", "DTS's Record.avsc (required): the writer schema of every message, relative to this file"
+            ),
+        },
+    ),
+    "dataworks-json": FormatSpec(
+        "cdcreplay.formats.dataworks_json",
+        "Alibaba DataWorks Kafka JSON (payload.before/after.dataColumn, UPDATE_BEFOR/UPDATE_AFTER pairs)",
+        {
+            "time_zone": FormatOption(
+                "text",
+                "time zone DataWorks turned DATE/DATETIME wall clocks into epoch ms in, e.g. +08:00 or "
+                "Asia/Shanghai (default UTC)",
+            ),
+        },
+    ),
     # --- Huawei DRS formats (issue 4): entries below this line ---
+    "drs-json-mysql": FormatSpec(
+        "cdcreplay.formats.drs_json_mysql",
+        "Huawei DRS JSON for MySQL / GaussDB(for MySQL) (canal-like; full before image in `old`, DELETE row in `old`)",
+    ),
+    "drs-json-c": FormatSpec(
+        "cdcreplay.formats.drs_json_c",
+        "Huawei DRS JSON-C for MySQL / GaussDB(for MySQL) (DELETE row in `data`, TIMESTAMP as wall-clock text)",
+        {
+            "timestamp_zone": FormatOption(
+                "text",
+                "time zone of the wall-clock text DRS writes for MySQL TIMESTAMP columns, e.g. Asia/Shanghai "
+                "(default UTC)",
+            ),
+        },
+    ),
+    "drs-json-rdbms": FormatSpec(
+        "cdcreplay.formats.drs_json_rdbms",
+        "Huawei DRS JSON for Oracle / PostgreSQL / GaussDB / SQL Server (`columnType`, `schema`, `opType`)",
+    ),
+    "drs-dds-json": FormatSpec(
+        "cdcreplay.formats.drs_dds_json",
+        "Huawei DRS JSON for DDS (MongoDB): shell-syntax documents, $set/$unset applied to the stored document",
+    ),
+    "drs-avro": FormatSpec(
+        "cdcreplay.formats.drs_avro",
+        "Huawei DRS Avro, read with the writer schema the config names (the vendor's schema is not public)",
+        {
+            "writer_schema": FormatOption("path", ".avsc of the DRS Record schema (the vendor ships it as record.rar)"),
+            "framing": FormatOption(
+                "choice",
+                "auto (by the first bytes), raw, confluent (00 + schema id) or single-object (C3 01 + fingerprint)",
+                ("auto", "raw", "confluent", "single-object"),
+            ),
+            "registry_dir": FormatOption("path", "folder of <schema id>.avsc for Confluent-framed values"),
+        },
+    ),
     # --- Qlik Replicate and Debezium Avro (issue 5): entries below this line ---
+    "debezium-avro": FormatSpec(
+        "cdcreplay.formats.debezium_avro",
+        "Debezium change events from Confluent's AvroConverter (Confluent-framed Avro keys and values)",
+        {
+            "schema_registry_dir": FormatOption("path", "folder of <schema id>.avsc writer schemas"),
+            "schema_registry_export": FormatOption(
+                "path", "schema-registry export file: JSON array or JSON lines of {id, schema}"
+            ),
+        },
+    ),
+    "qlik-json": FormatSpec(
+        "cdcreplay.formats.qlik_json",
+        "Qlik Replicate / Talend Data Integration JSON messages, bare or in the atMSG envelope (DT and MD)",
+    ),
+    "qlik-avro": FormatSpec(
+        "cdcreplay.formats.qlik_avro",
+        "Qlik Replicate / Talend Data Integration Avro: atMSG envelopes (DT and MD) or Confluent-framed DataRecords",
+        {
+            "schema_registry_dir": FormatOption("path", "folder of <schema id>.avsc (Confluent-framed messages)"),
+            "schema_registry_export": FormatOption(
+                "path", "schema-registry export file: JSON array or JSON lines of {id, schema}"
+            ),
+        },
+    ),
 }
 KNOWN_FORMATS = tuple(REGISTRY)
 

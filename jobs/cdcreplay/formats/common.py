@@ -173,6 +173,8 @@ def finish(records: DataFrame, entries: Column, pipeline: PipelineConfig) -> Dat
             F.size(bad_columns) > 0,
             F.concat(F.lit("value does not match its declared type in column(s): "), F.array_join(bad_columns, ", ")),
         )
+        # A change row keeps its entry's detail as provenance (e.g. Debezium's __debezium.newkey/oldkey headers).
+        .otherwise(e["detail"])
     )
     record_kind = F.when(reason.isNotNull(), F.lit(KIND_QUARANTINE)).otherwise(e["record_kind"])
     quarantined = record_kind == KIND_QUARANTINE

@@ -33,8 +33,20 @@ ENCODERS: dict[str, Encoder] = {
     "debezium-json": Encoder(lambda history, out_dir, schemas=True: encode_debezium_json(history, schemas=schemas)),
     "canal-json": Encoder(lambda history, out_dir: encode_canal_json(history)),
     # --- Alibaba formats (issue 3): entries below this line ---
+    **{  # imported inline so that the whole block stays below its marker
+        format_id: Encoder(*pair)
+        for format_id, pair in __import__("cdcreplay.simulator.alibaba_encoders", fromlist=["_"]).ENCODERS.items()
+    },
     # --- Huawei DRS formats (issue 4): entries below this line ---
+    **{  # imported inline so that the whole block stays below its marker
+        format_id: Encoder(*pair)
+        for format_id, pair in __import__("cdcreplay.simulator.drs_encoders", fromlist=["_"]).DRS_ENCODERS.items()
+    },
     # --- Qlik Replicate and Debezium Avro (issue 5): entries below this line ---
+    **{  # imported inline so that the whole block stays below its marker
+        format_id: Encoder(*pair)
+        for format_id, pair in __import__("cdcreplay.simulator.qlik_debezium_encoders", fromlist=["_"]).ENCODERS.items()
+    },
 }
 FORMATS = tuple(ENCODERS)
 

@@ -1,0 +1,14 @@
+"""Huawei DRS JSON for MySQL / GaussDB(for MySQL) (formats.md c1): see drs_json."""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+
+from cdcreplay.config import PipelineConfig
+from cdcreplay.formats.drs_json import FORMAT_MYSQL, VARIANTS, decode_variant
+
+FORMAT_ID = FORMAT_MYSQL
+
+
+def decode(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
+    return decode_variant(records, pipeline, VARIANTS[FORMAT_ID])

@@ -1,0 +1,113 @@
+"""Qlik Replicate / Qlik Talend Data Integration JSON messages (formats.md section d).
+
+A value is either a bare data message ``{data, beforeData, headers}`` or the envelope
+``{magic: "atMSG", type: "DT"|"MD", headers, messageSchemaId, messageSchema, message}``. Values are JSON text
+(Replicate writes even numbers as strings); their types come from the metadata message of the table version.
+Semantics, metadata lookup and ordering: ``qlik_envelope``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from pyspark.sql import Column, DataFrame
+
+from cdcreplay import schema as S
+from cdcreplay.config import PipelineConfig
+from cdcreplay.formats.python_rows import DecodeError, RawRecord
+from cdcreplay.formats.qlik_envelope import (
+    ENVELOPE_MAGIC,
+    DataMessage,
+    MetadataIndex,
+    QlikMetadata,
+    changes,
+    decode_qlik,
+    json_text,
+    message_dict,
+    metadata_control,
+    metadata_from_message,
+)
+
+FORMAT_ID = "qlik-json"
+
+
+def _document(record: RawRecord) -> dict:
+    try:
+        text = record.value.decode("utf-8")
+    except UnicodeDecodeError:
+        raise DecodeError(S.REASON_NOT_UTF8, "payload is not valid UTF-8 text") from None
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError:
+        raise DecodeError(S.REASON_NOT_JSON, f"payload is not a JSON object: {text[:120]}") from None
+    if not isinstance(document, dict):
+        raise DecodeError(S.REASON_NOT_JSON, f"payload is not a JSON object: {text[:120]}")
+    return document
+
+
+def unwrap(document: dict) -> tuple[str, str | None, dict]:
+    """(message type DT/MD, the schema id the envelope names, the message body)."""
+    if document.get("magic") == ENVELOPE_MAGIC:
+        kind = str(document.get("type") or "").upper()
+        if kind not in ("DT", "MD"):
+            raise DecodeError(S.REASON_UNKNOWN_OP, f"envelope type {document.get('type')!r} is neither DT nor MD")
+        schema_id = document.get("messageSchemaId")
+        return kind, None if schema_id is None else str(schema_id), message_dict(document.get("message"))
+    if "lineage" in document or "tableStructure" in document:
+        return "MD", None, document
+    if any(name in document for name in ("data", "beforeData", "headers")):
+        return "DT", None, document
+    raise DecodeError(S.REASON_UNKNOWN_OP, "neither a Qlik data message (data/beforeData/headers) nor an envelope")
+
+
+def parse_metadata(record: RawRecord) -> tuple[QlikMetadata, None] | None:
+    kind, _, message = unwrap(_document(record))
+    if kind != "MD":
+        return None
+    return metadata_from_message(message, record.topic, record.timestamp), None
+
+
+def metadata_candidates(value: Column) -> Column:
+    text = value.cast("string")
+    return text.contains('"MD"') | text.contains('"tableStructure"')
+
+
+def _image(image, types: dict[str, str]) -> dict | None:
+    if image is None:
+        return None
+    if not isinstance(image, dict):
+        raise DecodeError(S.REASON_NOT_JSON, "`data`/`beforeData` is not an object")
+    return {column: json_text(value, types.get(column, "string"), column) for column, value in image.items()}
+
+
+def make_decoder(index: MetadataIndex):
+    def decode_record(record: RawRecord) -> list[dict]:
+        kind, schema_id, message = unwrap(_document(record))
+        if kind == "MD":
+            return metadata_control(metadata_from_message(message, record.topic, record.timestamp))
+        headers = message.get("headers") or {}
+        if not isinstance(headers, dict):
+            raise DecodeError(S.REASON_NOT_JSON, "`headers` is not an object")
+        named = schema_id or headers.get("externalSchemaId")
+        md = index.named(str(named)) if named else index.for_topic(record.topic, record.timestamp)
+        types = md.spark_types if md else {}
+        return changes(
+            record,
+            DataMessage(
+                data=_image(message.get("data"), types),
+                before=_image(message.get("beforeData"), types),
+                headers=headers,
+                schema=md.schema if md else None,
+                # Without metadata the topic names the table (Replicate's "separate topic for each table").
+                table=md.table if md else record.topic,
+                ordinals=md.ordinals if md else {},
+                column_types=types,
+                key_columns=(md.key_columns or None) if md else None,
+            ),
+        )
+
+    return decode_record
+
+
+def decode(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
+    return decode_qlik(records, pipeline, metadata_candidates, parse_metadata, make_decoder)
