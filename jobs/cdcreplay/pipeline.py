@@ -5,7 +5,6 @@ Storage is touched only here (and in warehouse.py); every step in between is Dat
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
 import shutil
@@ -18,7 +17,7 @@ from pyspark.sql import functions as F
 from cdcreplay import archive, warehouse
 from cdcreplay.compaction import merge_with_state, purge_tombstones
 from cdcreplay.config import LoadedConfig, PipelineConfig
-from cdcreplay.formats import decoder
+from cdcreplay.formats import REGISTRY, decoder
 from cdcreplay.formats.common import DECODED_DDL, KIND_CHANGE, KIND_CONTROL, KIND_QUARANTINE
 from cdcreplay.run_spec import RunSpec
 from cdcreplay.schema import CHANGELOG_COLUMNS, CONTROL_NOTE
@@ -87,13 +86,13 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
     if manifest["duplicates"]:
         selected = archive.deduplicate(selected)
     # The published state this run builds on (none on a full rebuild). A decoder whose changes are patches onto the
-    # stored row (DRS DDS `$set` into embedded documents) declares a `base_state` parameter and reads it too.
+    # stored row (DRS DDS `$set` into embedded documents) is registered with `reads_state` and reads it too.
     current = warehouse.read_current(paths)
     base_state = None
     if current and not spec.full_rebuild:
         base_state = spark.read.parquet(str(paths.root / current["state"]))
     decode = decoder(pipeline.format)
-    if "base_state" in inspect.signature(decode).parameters:
+    if REGISTRY[pipeline.format].reads_state:
         decoded = decode(selected, pipeline, base_state=base_state)
     else:
         decoded = decode(selected, pipeline)

@@ -62,17 +62,14 @@ REASON_NOT_UTF8 = "not_utf8"
 REASON_DECODE_ERROR = "decode_error"  # a Python-side decoder raised on this record (the message says what)
 REASON_BAD_AVRO = "bad_avro"  # bytes that do not decode with the writer schema (truncated, wrong schema, garbage)
 REASON_UNKNOWN_SCHEMA = "unknown_schema"  # a schema id / fingerprint with no schema file, or no writer schema at all
-# --- Alibaba formats (issue 3): reason codes below this line ---
 REASON_UNPAIRED_UPDATE = "unpaired_update"  # DataWorks UPDATE_BEFOR whose UPDATE_AFTER (same sequenceId) is missing
 REASON_WRONG_BRANCH = "wrong_branch"  # DTS Avro: a union branch the field cannot hold (Timestamp for a VARCHAR, ...)
 REASON_PARTIAL_KEY_CHANGE = "partial_key_change"  # an update moves a row to a new key but carries only some columns
 # Control kinds of the Alibaba formats (issue 3).
 CONTROL_NOTE = "note"  # how a record was read when the config left it open; the run summary counts them
 CONTROL_UPDATE_BEFORE = "update_before"  # a before-image-only message whose update is applied by its after message
-# --- Huawei DRS formats (issue 4): reason codes below this line ---
 REASON_SHELL_SYNTAX = "shell_syntax"  # DRS DDS: `value`/`where` is not Mongo shell syntax the parser knows
 REASON_NO_DOCUMENT = "no_document"  # DRS DDS: $set/$unset on an _id never inserted (or deleted) before it
-# --- Qlik Replicate and Debezium (issue 5): reason codes below this line ---
 REASON_MISSING_METADATA = "missing_metadata"  # Qlik: a data message's metadata message is not in the archive
 REASON_NESTED_UPDATE = "nested_update"  # MongoDB update of a nested field without the full document
 

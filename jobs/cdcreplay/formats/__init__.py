@@ -29,6 +29,9 @@ class FormatSpec:
     module: str
     summary: str
     options: dict[str, FormatOption] = field(default_factory=dict)
+    # The decoder applies changes onto stored rows itself (DRS DDS `$set` into embedded documents), so it is given
+    # the published state: ``decode(records, pipeline, base_state=...)``.
+    reads_state: bool = False
 
 
 REGISTRY: dict[str, FormatSpec] = {
@@ -45,7 +48,6 @@ REGISTRY: dict[str, FormatSpec] = {
             ),
         },
     ),
-    # --- Alibaba formats (issue 3): entries below this line ---
     "dts-shareplex-json": FormatSpec(
         "cdcreplay.formats.dts_shareplex_json",
         "Alibaba DTS Shareplex JSON (keys and column types from tables.<t>: the format carries neither)",
@@ -70,7 +72,6 @@ REGISTRY: dict[str, FormatSpec] = {
             ),
         },
     ),
-    # --- Huawei DRS formats (issue 4): entries below this line ---
     "drs-json-mysql": FormatSpec(
         "cdcreplay.formats.drs_json_mysql",
         "Huawei DRS JSON for MySQL / GaussDB(for MySQL) (canal-like; full before image in `old`, DELETE row in `old`)",
@@ -93,6 +94,7 @@ REGISTRY: dict[str, FormatSpec] = {
     "drs-dds-json": FormatSpec(
         "cdcreplay.formats.drs_dds_json",
         "Huawei DRS JSON for DDS (MongoDB): shell-syntax documents, $set/$unset applied to the stored document",
+        reads_state=True,
     ),
     "drs-avro": FormatSpec(
         "cdcreplay.formats.drs_avro",
@@ -107,7 +109,6 @@ REGISTRY: dict[str, FormatSpec] = {
             "registry_dir": FormatOption("path", "folder of <schema id>.avsc for Confluent-framed values"),
         },
     ),
-    # --- Qlik Replicate and Debezium Avro (issue 5): entries below this line ---
     "debezium-avro": FormatSpec(
         "cdcreplay.formats.debezium_avro",
         "Debezium change events from Confluent's AvroConverter (Confluent-framed Avro keys and values)",

@@ -31,6 +31,7 @@ from cdcreplay.formats.common import (
     quarantine,
     single,
     text_payload,
+    unreadable_json,
 )
 from cdcreplay.formats.configured_types import configured_keys, table_id_of
 from cdcreplay.value_types import mysql_type_to_spark, safe_timestamp_millis
@@ -168,19 +169,7 @@ def decode(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
         **identity,
     )
     entries = (
-        F.when(
-            F.col("value").isNull() | (F.length("value") == 0),
-            single(control(S.CONTROL_TOMBSTONE, F.col("key").cast("string"))),
-        )
-        .when(text.isNull(), single(quarantine(S.REASON_NOT_UTF8, "payload is not valid UTF-8 text")))
-        .when(
-            m.isNull() | m["_corrupt_record"].isNotNull(),
-            single(
-                quarantine(
-                    S.REASON_NOT_JSON, F.concat(F.lit("payload is not a JSON object: "), F.substring(text, 1, 120))
-                )
-            ),
-        )
+        unreadable_json(text, m)
         .when(message_type == "TRUNCATE", single(truncate))
         # DDL is recorded, never applied: the latest-state schema follows the row images' declared types.
         .when(m["isDdl"] | message_type.isin(*DDL_TYPES), single(control(S.CONTROL_DDL_KIND, m["sql"], **identity)))

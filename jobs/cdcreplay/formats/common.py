@@ -13,6 +13,7 @@ from pyspark.sql import functions as F
 
 from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
+from cdcreplay.formats.configured_types import configured_keys, configured_types, table_id_of
 from cdcreplay.value_types import invalid_columns
 
 KIND_CHANGE = "changelog"
@@ -69,18 +70,32 @@ def text_payload(value: Column) -> Column:
     return F.when(F.encode(decoded, "UTF-8") == value, decoded)
 
 
+def unreadable_json(text: Column, parsed: Column) -> Column:
+    """The first branches of every JSON format's entries; a format goes on with ``.when(...)`` for its own messages.
+
+    A null or empty value is a Kafka tombstone (it follows a delete so log compaction can drop the key: nothing to
+    apply); bytes that are not UTF-8, or text that is not a JSON object, are quarantined with the payload's start.
+    """
+    return (
+        F.when(
+            F.col("value").isNull() | (F.length("value") == 0),
+            single(control(S.CONTROL_TOMBSTONE, F.col("key").cast("string"))),
+        )
+        .when(text.isNull(), single(quarantine(S.REASON_NOT_UTF8, "payload is not valid UTF-8 text")))
+        .when(
+            parsed.isNull() | parsed["_corrupt_record"].isNotNull(),
+            single(
+                quarantine(
+                    S.REASON_NOT_JSON, F.concat(F.lit("payload is not a JSON object: "), F.substring(text, 1, 120))
+                )
+            ),
+        )
+    )
+
+
 def decimal_positions(*parts: Column) -> Column:
     """Source position parts (numbers or digit strings) as the changelog's array<decimal(38,0)>."""
     return F.array(*[part.try_cast("decimal(38,0)") for part in parts])
-
-
-def _literal_map(mapping: dict[str, Column]) -> Column | None:
-    if not mapping:
-        return None
-    items = []
-    for key, value in sorted(mapping.items()):
-        items.extend([F.lit(key), value])
-    return F.create_map(*items)
 
 
 def finish(records: DataFrame, entries: Column, pipeline: PipelineConfig) -> DataFrame:
@@ -90,26 +105,16 @@ def finish(records: DataFrame, entries: Column, pipeline: PipelineConfig) -> Dat
     )
     e = F.col("e")
     # An empty identity part (Debezium sends schema "" for MySQL-like sources, table "" for messages) is absent.
-    parts = [F.nullif(e[part], F.lit("")) for part in ("source_db", "source_schema", "source_table")]
-    table_id = F.when(parts[2].isNotNull(), F.concat_ws(".", *parts))
-
-    key_overrides = _literal_map(
-        {tid: F.array(*[F.lit(c) for c in t.primary_key]) for tid, t in pipeline.tables.items() if t.primary_key}
-    )
-    type_overrides = _literal_map(
-        {
-            tid: F.create_map(*[x for c, ty in sorted(t.column_types.items()) for x in (F.lit(c), F.lit(ty))])
-            for tid, t in pipeline.tables.items()
-            if t.column_types
-        }
-    )
+    table_id = table_id_of(e["source_db"], e["source_schema"], e["source_table"])
     key_columns = e["key_columns"]
-    if key_overrides is not None:
-        key_columns = F.coalesce(key_overrides[table_id], key_columns)
     column_types = F.coalesce(e["column_types"], F.create_map().cast(TEXT_MAP))
-    if type_overrides is not None:
+    if any(t.primary_key for t in pipeline.tables.values()):
+        key_columns = F.coalesce(configured_keys(pipeline)[table_id], key_columns)
+    if any(t.column_types for t in pipeline.tables.values()):
         # Configured types win over what the message declares (map_concat keeps the last duplicate: LAST_WIN).
-        column_types = F.map_concat(column_types, F.coalesce(type_overrides[table_id], F.create_map().cast(TEXT_MAP)))
+        column_types = F.map_concat(
+            column_types, F.coalesce(configured_types(pipeline)[table_id], F.create_map().cast(TEXT_MAP))
+        )
 
     key_values = F.transform(key_columns, lambda c: e["key_image"][c])
     key_text = F.when((F.size(key_columns) > 0) & F.forall(key_values, lambda v: v.isNotNull()), F.to_json(key_values))

@@ -3,7 +3,7 @@
 Shareplex JSON carries neither types nor keys, DataWorks JSON has no decimal type: for them the config's
 ``tables.<table>.column_types`` / ``primary_key`` are the source of truth, and a decoder must know them while it
 decodes (to render a DataWorks DATE as a date, to tell a key change, to see a partial image). ``finish`` applies the
-same config afterwards; these helpers only let a decoder look ahead.
+same config through these helpers for every format; a decoder may look it up earlier.
 
 A configured type is applied with CAST, which rounds a decimal with more fraction digits than the scale and drops the
 time of day from a date: ``lossy_columns`` names the values a cast would change, so a decoder quarantines them instead

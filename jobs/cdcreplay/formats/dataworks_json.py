@@ -54,6 +54,7 @@ from cdcreplay.formats.common import (
     quarantine,
     single,
     text_payload,
+    unreadable_json,
 )
 from cdcreplay.formats.configured_types import configured_keys, configured_types, lossy_columns, table_id_of
 from cdcreplay.value_types import safe_timestamp_millis
@@ -251,19 +252,7 @@ def decode(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
     row_op = op.isin("INSERT", BEFORE_OP, AFTER_OP, "DELETE")
 
     entries = (
-        F.when(
-            F.col("value").isNull() | (F.length("value") == 0),
-            single(control(S.CONTROL_TOMBSTONE, F.col("key").cast("string"))),
-        )
-        .when(text.isNull(), single(quarantine(S.REASON_NOT_UTF8, "payload is not valid UTF-8 text")))
-        .when(
-            m.isNull() | m["_corrupt_record"].isNotNull(),
-            single(
-                quarantine(
-                    S.REASON_NOT_JSON, F.concat(F.lit("payload is not a JSON object: "), F.substring(text, 1, 120))
-                )
-            ),
-        )
+        unreadable_json(text, m)
         .when(op == "MHEARTBEAT", single(heartbeat))
         .when(op.isin(*TRANSACTION_OPS), single(control(S.CONTROL_TRANSACTION, F.concat_ws(" ", op, p["sequenceId"]))))
         .when(op.isin(*DDL_OPS), single(control(S.CONTROL_DDL_KIND, F.coalesce(p["ddl"]["text"], op), **identity)))

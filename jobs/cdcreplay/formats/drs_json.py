@@ -61,6 +61,7 @@ from cdcreplay.formats.common import (
     quarantine,
     single,
     text_payload,
+    unreadable_json,
 )
 from cdcreplay.value_types import let, mysql_type_to_spark, safe_timestamp_micros, safe_timestamp_millis
 
@@ -384,19 +385,7 @@ def decode_variant(records: DataFrame, pipeline: PipelineConfig, variant: Varian
     is_ddl = m["isDdl"] | message_type.isin(*DDL_TYPES)
     truncates = (message_type != "INIT_DDL") & F.lower(F.coalesce(m["sql"], F.lit(""))).rlike(r"^\s*truncate\s")
     entries = (
-        F.when(
-            F.col("value").isNull() | (F.length("value") == 0),
-            single(control(S.CONTROL_TOMBSTONE, F.col("key").cast("string"))),
-        )
-        .when(text.isNull(), single(quarantine(S.REASON_NOT_UTF8, "payload is not valid UTF-8 text")))
-        .when(
-            m.isNull() | m["_corrupt_record"].isNotNull(),
-            single(
-                quarantine(
-                    S.REASON_NOT_JSON, F.concat(F.lit("payload is not a JSON object: "), F.substring(text, 1, 120))
-                )
-            ),
-        )
+        unreadable_json(text, m)
         .when(message_type == "TRUNCATE", single(truncate))
         .when(is_ddl & truncates, single(truncate))
         # DDL is recorded, never applied: the latest-state schema follows the row images' declared types.

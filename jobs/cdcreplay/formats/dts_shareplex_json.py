@@ -44,6 +44,7 @@ from cdcreplay.formats.common import (
     quarantine,
     single,
     text_payload,
+    unreadable_json,
 )
 from cdcreplay.formats.configured_types import (
     configured_keys,
@@ -174,19 +175,7 @@ def decode(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
     )
 
     entries = (
-        F.when(
-            F.col("value").isNull() | (F.length("value") == 0),
-            single(control(S.CONTROL_TOMBSTONE, F.col("key").cast("string"))),
-        )
-        .when(text.isNull(), single(quarantine(S.REASON_NOT_UTF8, "payload is not valid UTF-8 text")))
-        .when(
-            m.isNull() | m["_corrupt_record"].isNotNull(),
-            single(
-                quarantine(
-                    S.REASON_NOT_JSON, F.concat(F.lit("payload is not a JSON object: "), F.substring(text, 1, 120))
-                )
-            ),
-        )
+        unreadable_json(text, m)
         .when(
             op_name.isin(*TRUNCATE_OPS),
             F.array(truncate, control(S.CONTROL_TRUNCATE, F.concat(F.lit("TRUNCATE "), qualified), **identity)),

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from cdcreplay.simulator import alibaba_encoders, drs_encoders, qlik_debezium_encoders
 from cdcreplay.simulator.encode_canal import encode_canal_json
 from cdcreplay.simulator.encode_debezium import encode_debezium_json
 from cdcreplay.simulator.history import History
@@ -32,20 +33,14 @@ class Encoder:
 ENCODERS: dict[str, Encoder] = {
     "debezium-json": Encoder(lambda history, out_dir, schemas=True: encode_debezium_json(history, schemas=schemas)),
     "canal-json": Encoder(lambda history, out_dir: encode_canal_json(history)),
-    # --- Alibaba formats (issue 3): entries below this line ---
-    **{  # imported inline so that the whole block stays below its marker
+    # Vendor encoders, by format id: (encode, pipeline settings) pairs kept beside their encoders.
+    **{
         format_id: Encoder(*pair)
-        for format_id, pair in __import__("cdcreplay.simulator.alibaba_encoders", fromlist=["_"]).ENCODERS.items()
-    },
-    # --- Huawei DRS formats (issue 4): entries below this line ---
-    **{  # imported inline so that the whole block stays below its marker
-        format_id: Encoder(*pair)
-        for format_id, pair in __import__("cdcreplay.simulator.drs_encoders", fromlist=["_"]).DRS_ENCODERS.items()
-    },
-    # --- Qlik Replicate and Debezium Avro (issue 5): entries below this line ---
-    **{  # imported inline so that the whole block stays below its marker
-        format_id: Encoder(*pair)
-        for format_id, pair in __import__("cdcreplay.simulator.qlik_debezium_encoders", fromlist=["_"]).ENCODERS.items()
+        for format_id, pair in {
+            **alibaba_encoders.ENCODERS,
+            **drs_encoders.DRS_ENCODERS,
+            **qlik_debezium_encoders.ENCODERS,
+        }.items()
     },
 }
 FORMATS = tuple(ENCODERS)
