@@ -11,9 +11,10 @@ import os
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from urllib.parse import quote
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import CronDataIntervalTimetable, Param, TriggerRule, dag, task
+from airflow.sdk import BaseOperatorLink, CronDataIntervalTimetable, Param, TriggerRule, dag, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 # The jobs ship in the same repository (or DAG bundle) as this file: <repo>/dags/<this file>, <repo>/jobs/*.py.
@@ -34,11 +35,18 @@ OFFSETS_EXAMPLE = '{"shop.orders": {"0": {"start": 0, "until": 1000}}}'
 
 # The Spark jobs run with the Python of the Airflow worker that submits them (same cdcreplay and pyspark).
 # sys.executable is read when the worker loads this file to run the task; on a cluster whose executors have
-# Python elsewhere, CDCREPLAY_PYSPARK_PYTHON names the executors' interpreter (docker-compose sets it).
+# Python elsewhere, CDCREPLAY_PYSPARK_PYTHON names the executors' interpreter (docker-compose sets it), and
+# CDCREPLAY_PYSPARK_DRIVER_PYTHON the driver's when it does not run here (YARN / Kubernetes cluster deploy mode).
+# The driver may import cdcreplay from the shipped archive, so the GX suites are named by path, not found beside it.
 SPARK_ENV = {
-    "PYSPARK_DRIVER_PYTHON": sys.executable,
+    "PYSPARK_DRIVER_PYTHON": os.environ.get("CDCREPLAY_PYSPARK_DRIVER_PYTHON") or sys.executable,
     "PYSPARK_PYTHON": os.environ.get("CDCREPLAY_PYSPARK_PYTHON") or sys.executable,
+    "CDCREPLAY_EXPECTATIONS_DIR": os.environ.get("CDCREPLAY_EXPECTATIONS_DIR") or str(REPO / "expectations"),
 }
+# The job's own code for the executors: a zip of jobs/cdcreplay built by `cdcreplay package` (rebuild it when the
+# code changes), passed as spark-submit --py-files. Empty: nothing is shipped, as under local[*], or when the
+# executors' image has cdcreplay installed.
+PY_FILES = os.environ.get("CDCREPLAY_PY_FILES") or None
 # Sized for a 2-core, few-GiB machine; spark-submit ignores the executor settings under local[*].
 SPARK_CONF = {
     "spark.sql.shuffle.partitions": "4",
@@ -122,9 +130,29 @@ PARAMS = {
 }
 
 
-def spark_job(task_id: str, application: str, **options) -> SparkSubmitOperator:
+class ReconciliationReportLink(BaseOperatorLink):
+    """The reconcile task's button to its run in the reconciliation view (plugins/cdcreplay_ui_plugin.py).
+
+    Airflow 3 evaluates an operator's own extra links on the worker when the task ends, failed or not, and keeps the
+    URL in XCom (key `_link_ReconciliationReportLink`), where the UI reads it. The URL is relative: the UI resolves
+    it against its own base URL.
+    """
+
+    name = "Reconciliation report"
+
+    def get_link(self, operator, *, ti_key) -> str:
+        return f"cdcreplay/dag-runs/{quote(ti_key.run_id, safe='')}/"
+
+
+class ReconcileSubmitOperator(SparkSubmitOperator):
+    """spark-submit of the reconcile job, with the button to the run's reconciliation report."""
+
+    operator_extra_links = (ReconciliationReportLink(),)
+
+
+def spark_job(task_id: str, application: str, operator=SparkSubmitOperator, **options) -> SparkSubmitOperator:
     """One spark-submit of a job under jobs/, with the run spec that validate_run produced."""
-    return SparkSubmitOperator(
+    return operator(
         task_id=task_id,
         conn_id="spark_default",
         application=application,
@@ -135,6 +163,7 @@ def spark_job(task_id: str, application: str, **options) -> SparkSubmitOperator:
         executor_memory="2g",
         total_executor_cores=2,
         env_vars=SPARK_ENV,
+        py_files=PY_FILES,
         **options,
     )
 
@@ -222,7 +251,7 @@ def cdc_replay_nightly():
         max_active_tis_per_dag=1,
     )
     # Exit 1 is a "fail" verdict, which a retry would only repeat (and delay the report); rerun by clearing.
-    reconcile = spark_job("reconcile", RECONCILE_JOB, retries=0)
+    reconcile = spark_job("reconcile", RECONCILE_JOB, operator=ReconcileSubmitOperator, retries=0)
     gate = skip_reconcile_on_dry_run(spec)
     summary = report()
     spec >> replay >> gate >> reconcile >> summary

@@ -1,5 +1,7 @@
-# Spark 4.2.0 standalone master/worker from the pyspark wheel, on the same Python minor version (3.11) as the
+# Spark 4.2.0 standalone master and workers from the pyspark wheel, on the same Python minor version (3.11) as the
 # Airflow image, where the driver runs: PySpark refuses executors whose Python differs from the driver's.
+# The image has the jobs' dependencies (executor-requirements.txt) but NOT the cdcreplay package: the DAG ships it
+# to the executors with spark-submit --py-files (CDCREPLAY_PY_FILES), as on any cluster.
 # Build context: the repository root (docker compose does this).
 FROM python:3.11.13-slim-bookworm
 
@@ -8,8 +10,8 @@ RUN apt-get update \
     && apt-get clean \
     && rm -rf /var/lib/apt/lists/*
 
-# What the jobs' Python code needs on executors (decoders run in Python workers); no Airflow here.
-RUN pip install --no-cache-dir pyspark==4.2.0 pandas==2.3.3 "pyarrow>=15" fastavro==1.13.1 pydantic pyyaml
+COPY docker/executor-requirements.txt /tmp/executor-requirements.txt
+RUN pip install --no-cache-dir -r /tmp/executor-requirements.txt
 
 # Same uid/gid as Airflow's user, so both sides can read and replace files in the shared archive/warehouse volumes.
 RUN useradd --uid 50000 --gid 0 --home-dir /opt/spark-work --create-home spark \
@@ -19,7 +21,6 @@ RUN useradd --uid 50000 --gid 0 --home-dir /opt/spark-work --create-home spark \
 
 ENV SPARK_HOME=/usr/local/lib/python3.11/site-packages/pyspark \
     PYSPARK_PYTHON=/usr/local/bin/python3 \
-    PYTHONPATH=/opt/cdcreplay/jobs \
     SPARK_NO_DAEMONIZE=1
 ENV PATH=$SPARK_HOME/bin:$PATH
 

@@ -220,3 +220,89 @@ def test_a_pipeline_locked_by_a_live_run_is_refused_and_a_dead_runs_lock_is_brok
     assert replay_main(["--config", str(config), "--run-id", "r2"]) == EXIT_OK
     assert json.loads((tmp_path / "warehouse" / "locked" / "_CURRENT.json").read_text())["run_id"] == "r2"
     assert sorted(p.name for p in lock.parent.iterdir() if p.name.startswith((".", "_"))) == ["_CURRENT.json"]
+
+
+def debezium_item(item_id: int, op: str = "c") -> str:
+    return json.dumps({**GOOD_DEBEZIUM, "after": {"id": item_id, "name": f"item {item_id}"}, "op": op})
+
+
+def test_the_summary_accounts_for_every_record_per_partition(spark, tmp_path, capsys):
+    """Two partitions with bad messages, a tombstone and a record archived twice: each partition's distinct records
+    add up to its changelog, control and quarantined records, in the summary and in the printed report."""
+    records = [
+        Record("shop.items", 0, 0, debezium_item(1), key='{"id": 1}'),
+        Record("shop.items", 0, 1, '{"before": null, "after": {"id": 2', key='{"id": 2}'),  # not_json
+        Record("shop.items", 0, 2, json.dumps({**GOOD_DEBEZIUM, "after": {"name": "no id"}})),  # missing_key
+        Record("shop.items", 0, 3, None, key='{"id": 1}'),  # tombstone: control
+        Record("shop.items", 0, 4, debezium_item(4), key='{"id": 4}'),
+        Record("shop.items", 0, 4, debezium_item(4), key='{"id": 4}'),  # the same record archived twice
+        Record("shop.items", 1, 0, debezium_item(10), key='{"id": 10}'),
+        Record("shop.items", 1, 1, b"\xff\xfe not text", key='{"id": 11}'),  # not_utf8
+        Record("shop.items", 1, 2, debezium_item(12, op="x"), key='{"id": 12}'),  # unknown_op
+    ]
+    write_parquet(records, tmp_path / "archive" / "p.parquet")
+    config = pipeline_config(tmp_path, "parts", "debezium-json", tmp_path / "archive")
+    assert replay_main(["--config", str(config), "--run-id", "r"]) == EXIT_OK
+    summary = json.loads((tmp_path / "warehouse" / "parts" / "runs" / "r" / "summary.json").read_text())
+    assert summary["decoded"] == {
+        "source_records": 8,
+        "partitions": {
+            "shop.items": {
+                "0": {
+                    "records_read": 6,
+                    "distinct_records": 5,
+                    "changelog_records": 2,
+                    "control_records": 1,
+                    "quarantined_records": 2,
+                },
+                "1": {
+                    "records_read": 3,
+                    "distinct_records": 3,
+                    "changelog_records": 1,
+                    "control_records": 0,
+                    "quarantined_records": 2,
+                },
+            }
+        },
+        "changelog_rows": 3,
+        "control_rows": 1,
+        "quarantined": 4,
+        "quarantine_by_reason": {"missing_key": 1, "not_json": 1, "not_utf8": 1, "unknown_op": 1},
+        "control_by_kind": {"tombstone": 1},
+        "changes_by_table": {"shop.items": 3},
+        "notes": {},
+    }
+    printed = capsys.readouterr().out.splitlines()
+    start = printed.index("  records per partition (distinct read = changelog + control + quarantined):")
+    assert printed[start + 1 : start + 3] == [
+        "    shop.items/0: 5 = 2 + 1 + 2 (1 duplicate records skipped)",
+        "    shop.items/1: 3 = 1 + 0 + 2",
+    ]
+
+
+def test_a_partition_whose_records_do_not_add_up_fails_the_run_naming_it():
+    from cdcreplay.pipeline import AccountingError, _check_accounting
+    from cdcreplay.run_spec import RunSpec
+
+    def counts(distinct, changelog, control, quarantined):
+        return {
+            "records_read": distinct,
+            "distinct_records": distinct,
+            "changelog_records": changelog,
+            "control_records": control,
+            "quarantined_records": quarantined,
+        }
+
+    # Partition 1 lost a record and partition 2 was never read but has decoded rows: the totals alone would agree.
+    kinds = {
+        "source_records": 8,
+        "partitions": {"shop.items": {"0": counts(5, 2, 1, 2), "1": counts(3, 1, 0, 1), "2": counts(0, 1, 0, 0)}},
+    }
+    with pytest.raises(AccountingError) as error:
+        _check_accounting(kinds, {"distinct_records": 8}, RunSpec(config="c.yaml", run_id="r"))
+    assert str(error.value) == (
+        "records read and records accounted for disagree: topic shop.items partition 1: read 3 distinct records but "
+        "2 are accounted for (changelog 1, control 0, quarantined 1); topic shop.items partition 2: read 0 distinct "
+        "records but 1 are accounted for (changelog 1, control 0, quarantined 0). Nothing was published. This is a "
+        "bug in the decoder: please report it with the run's manifest"
+    )

@@ -10,7 +10,10 @@ import importlib.metadata
 import json
 import re
 import secrets
+import shutil
 import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -77,8 +80,8 @@ def test_broken_copy_is_rejected(filled_env, tmp_path):
     assert compose(filled_env, "config", "-q", compose_file=_write(tmp_path / "ok.yml", text)).returncode == 0
     broken = {
         "unknown-dependency": text.replace(
-            "      spark-master:\n        condition: service_healthy\n    restart",
-            "      spark-mastr:\n        condition: service_healthy\n    restart",
+            "      spark-worker-2:\n        condition: service_healthy\n    restart",
+            "      spark-worker-3:\n        condition: service_healthy\n    restart",
             1,
         ),
         "unknown-key": text.replace("    command: scheduler\n", "    command: scheduler\n    comand: typo\n", 1),
@@ -126,30 +129,100 @@ def test_secrets_reach_the_services(resolved, filled_env):
     )
 
 
+AIRFLOW_SERVICES = ("airflow-apiserver", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer")
+SPARK_WORKERS = ("spark-worker-1", "spark-worker-2")
+ONE_SHOT = ("airflow-init", "demo-data")
+
+
+def mounts(services: dict, name: str) -> dict[str, str]:
+    return {volume["target"]: volume["source"] for volume in services[name].get("volumes", [])}
+
+
 def test_services_images_and_health(resolved):
     services = resolved["services"]
-    expected = {
-        "postgres",
-        "airflow-init",
-        "airflow-apiserver",
-        "airflow-scheduler",
-        "airflow-dag-processor",
-        "airflow-triggerer",
-        "spark-master",
-        "spark-worker",
-    }
-    assert set(services) == expected
+    assert set(services) == {"postgres", *ONE_SHOT, *AIRFLOW_SERVICES, "spark-master", *SPARK_WORKERS}
     for name, service in services.items():
         image = service["image"]
         assert re.fullmatch(r"[\w./-]+:[\w.-]+", image) and not image.endswith(":latest"), f"{name}: pin {image}"
-        if name != "airflow-init":
+        if name in ONE_SHOT:
+            assert service["restart"] == "no", name
+        else:
             assert service.get("healthcheck", {}).get("test"), f"{name}: add a healthcheck"
         for port in service.get("ports", []):
             assert port.get("host_ip") == "127.0.0.1", f"{name}: publish on 127.0.0.1 only"
     assert services["postgres"]["image"].startswith("postgres:16.")
+    # A worker is healthy once the master lists it, under the name it registers with.
+    for worker in SPARK_WORKERS:
+        assert services[worker]["hostname"] == worker
+        assert '--host "$$HOSTNAME"' in services[worker]["command"][-1]
+        assert (
+            "w['host'] == os.environ['HOSTNAME'] and w['state'] == 'ALIVE'"
+            in services[worker]["healthcheck"]["test"][1]
+        )
 
 
-def test_dockerfiles_pin_their_bases():
+def test_start_order(resolved):
+    services = resolved["services"]
+    for name in AIRFLOW_SERVICES:
+        depends = services[name]["depends_on"]
+        assert depends["postgres"]["condition"] == "service_healthy", name
+        assert depends["airflow-init"]["condition"] == "service_completed_successfully", name
+    assert services["airflow-init"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert "airflow db migrate" in " ".join(services["airflow-init"]["command"])
+    # Tasks (and their Spark drivers) run in the scheduler: the cluster and the job package must be there first.
+    scheduler = services["airflow-scheduler"]["depends_on"]
+    assert scheduler["demo-data"]["condition"] == "service_completed_successfully"
+    for spark in ("spark-master", *SPARK_WORKERS):
+        assert scheduler[spark]["condition"] == "service_healthy", spark
+    for worker in SPARK_WORKERS:
+        assert services[worker]["depends_on"] == {"spark-master": {"condition": "service_healthy", "required": True}}
+    assert "depends_on" not in services["demo-data"]
+
+
+def test_spark_wiring_and_the_job_package(resolved):
+    services = resolved["services"]
+    scheduler = services["airflow-scheduler"]["environment"]
+    assert scheduler["AIRFLOW_CONN_SPARK_DEFAULT"] == "spark://spark-master:7077"
+    assert scheduler["AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION"] == "False"
+    for worker in SPARK_WORKERS:
+        assert "spark://spark-master:7077" in services[worker]["command"][-1]
+
+    # The driver (scheduler) and the executors (workers) see the same archive and warehouse at the same paths.
+    for target in ("/opt/cdcreplay/var/archive", "/opt/cdcreplay/var/warehouse"):
+        for worker in SPARK_WORKERS:
+            assert mounts(services, "airflow-scheduler")[target] == mounts(services, worker)[target], target
+    for folder in ("dags", "jobs", "plugins", "expectations", "config"):
+        assert mounts(services, "airflow-scheduler")[f"/opt/cdcreplay/{folder}"] == str(REPO / folder)
+    assert {"archive", "warehouse", "dist"} <= set(resolved["volumes"])
+
+    # The executors get cdcreplay only as the --py-files zip: no code mount, no PYTHONPATH in the Spark image.
+    for spark in ("spark-master", *SPARK_WORKERS):
+        assert "/opt/cdcreplay/jobs" not in mounts(services, spark), spark
+    spark_dockerfile = (REPO / "docker" / "spark.Dockerfile").read_text(encoding="utf-8")
+    assert "PYTHONPATH" not in spark_dockerfile and "COPY jobs" not in spark_dockerfile
+    package = scheduler["CDCREPLAY_PY_FILES"]
+    assert package == services["demo-data"]["environment"]["CDCREPLAY_PY_FILES"]
+    dist = str(Path(package).parent)
+    assert mounts(services, "demo-data")[dist] == mounts(services, "airflow-scheduler")[dist] == "dist"
+    assert mounts(services, "demo-data")["/opt/cdcreplay/docker"] == str(REPO / "docker")
+    assert services["demo-data"]["command"] == ["/opt/cdcreplay/docker/init-demo-data.sh"]
+    # The demo archive goes where config/pipelines.yaml points, which is the archive volume.
+    assert mounts(services, "demo-data")["/opt/cdcreplay/var/archive"] == "archive"
+
+
+def test_the_demo_config_resolves_into_the_volumes(tmp_path):
+    """config/pipelines.yaml, mounted at /opt/cdcreplay/config, points into the archive and warehouse volumes."""
+    from cdcreplay.config import load_config
+
+    (tmp_path / "opt/cdcreplay/config").mkdir(parents=True)
+    shutil.copy(REPO / "config" / "pipelines.yaml", tmp_path / "opt/cdcreplay/config")
+    config = load_config(tmp_path / "opt/cdcreplay/config/pipelines.yaml")
+    assert config.warehouse == str(tmp_path / "opt/cdcreplay/var/warehouse")
+    for pipeline in config.project.pipelines:
+        assert config.archive_path(pipeline) == str(tmp_path / "opt/cdcreplay/var/archive" / pipeline.name)
+
+
+def test_dockerfiles_pin_their_bases_and_match_the_jobs_python_and_libraries():
     bases = {
         "airflow.Dockerfile": r"FROM apache/airflow:3\.3\.2-python3\.11\n",
         "spark.Dockerfile": r"FROM python:3\.11\.\d+-slim-\w+\n",
@@ -157,31 +230,80 @@ def test_dockerfiles_pin_their_bases():
     for name, pattern in bases.items():
         text = (REPO / "docker" / name).read_text(encoding="utf-8")
         assert re.search(pattern, text), f"docker/{name}: base image not pinned"
-    assert "pyspark==4.2.0" in (REPO / "docker" / "spark.Dockerfile").read_text(encoding="utf-8")
-    assert "pyspark==4.2.0" in (REPO / "requirements.txt").read_text(encoding="utf-8")
+    assert sys.version_info[:2] == (3, 11), "the images run Python 3.11, as the project's venv must"
+
+    # Executors (Spark image) and driver (Airflow image) install the same pinned libraries ...
+    pins = dict(
+        line.split("==")
+        for line in (REPO / "docker" / "executor-requirements.txt").read_text(encoding="utf-8").splitlines()
+        if line and not line.startswith("#")
+    )
+    assert "-r /tmp/executor-requirements.txt" in (REPO / "docker" / "spark.Dockerfile").read_text(encoding="utf-8")
+    assert "-c /tmp/executor-requirements.txt" in (REPO / "docker" / "airflow.Dockerfile").read_text(encoding="utf-8")
+    # ... which are the versions the job is tested with: requirements.txt's pins and this venv.
+    required = dict(
+        line.split("==")
+        for line in (REPO / "requirements.txt").read_text(encoding="utf-8").splitlines()
+        if "==" in line
+    )
+    for name, version in pins.items():
+        assert importlib.metadata.version(name) == version, f"{name}: the venv has another version"
+        if name in required:
+            assert required[name] == version, f"{name}: requirements.txt pins another version"
+    assert pins["pyspark"] == "4.2.0"
 
 
-def test_start_order_and_spark_wiring(resolved):
-    services = resolved["services"]
-    for name in ("airflow-apiserver", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer"):
-        depends = services[name]["depends_on"]
-        assert depends["postgres"]["condition"] == "service_healthy", name
-        assert depends["airflow-init"]["condition"] == "service_completed_successfully", name
-    assert services["airflow-init"]["depends_on"]["postgres"]["condition"] == "service_healthy"
-    assert services["airflow-scheduler"]["depends_on"]["spark-master"]["condition"] == "service_healthy"
-    assert services["spark-worker"]["depends_on"]["spark-master"]["condition"] == "service_healthy"
-    assert "airflow db migrate" in " ".join(services["airflow-init"]["command"])
+def test_the_demo_data_script_builds_the_package_and_simulates_missing_archives_once(tmp_path):
+    config = tmp_path / "config" / "pipelines.yaml"
+    config.parent.mkdir()
+    config.write_text(
+        "warehouse: ../var/warehouse\npipelines:\n"
+        "  - {name: demo_a, format: debezium-json, archive: {path: ../var/archive/demo_a}}\n"
+        "  - {name: demo_b, format: canal-json, archive: {path: ../var/archive/demo_b}}\n",
+        encoding="utf-8",
+    )
+    package = tmp_path / "var" / "dist" / "cdcreplay-jobs.zip"
+    env = {
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",  # `python` is the venv's, as in the Airflow image
+        "CDCREPLAY_CONFIG": str(config),
+        "CDCREPLAY_PY_FILES": str(package),
+        "CDCREPLAY_DEMO_EVENTS": "60",
+    }
 
-    scheduler = services["airflow-scheduler"]
-    assert scheduler["environment"]["AIRFLOW_CONN_SPARK_DEFAULT"] == "spark://spark-master:7077"
-    assert "spark-master:7077" in " ".join(services["spark-worker"]["command"])
+    def run() -> list[str]:
+        result = subprocess.run(
+            [str(REPO / "docker" / "init-demo-data.sh")], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert result.returncode == 0, result.stderr
+        return result.stdout.splitlines()
 
-    def mounts(service):
-        return {volume["target"]: volume["source"] for volume in services[service]["volumes"]}
+    archive = tmp_path / "var" / "archive"
+    first = run()
+    assert (
+        first[0]
+        == f"{package}: {len(package_modules())} modules of cdcreplay; ship it with CDCREPLAY_PY_FILES={package}"
+    )
+    assert re.fullmatch(
+        rf"demo_a: simulated 60 row events \(debezium-json\) -> \d+ Kafka records under {archive / 'demo_a'}", first[1]
+    )
+    assert re.fullmatch(
+        rf"demo_b: simulated 60 row events \(canal-json\) -> \d+ Kafka records under {archive / 'demo_b'}", first[2]
+    )
+    assert len(first) == 3
+    with zipfile.ZipFile(package) as zipped:
+        assert sorted(zipped.namelist()) == package_modules()
+    files = {p: p.read_bytes() for p in archive.rglob("*") if p.is_file()}
+    assert files
 
-    # The driver (scheduler) and the executors (worker) must see the same code, archive and warehouse paths.
-    for target in ("/opt/cdcreplay/jobs", "/opt/cdcreplay/var/archive", "/opt/cdcreplay/var/warehouse"):
-        assert mounts("airflow-scheduler")[target] == mounts("spark-worker")[target], target
-    for folder in ("dags", "jobs", "plugins", "expectations", "config"):
-        assert mounts("airflow-scheduler")[f"/opt/cdcreplay/{folder}"] == str(REPO / folder)
-    assert {"archive", "warehouse"} <= set(resolved["volumes"])
+    second = run()
+    assert second[1:] == [
+        f"demo_a: {archive / 'demo_a'} already holds an archive; left as it is",
+        f"demo_b: {archive / 'demo_b'} already holds an archive; left as it is",
+    ]
+    assert {p: p.read_bytes() for p in archive.rglob("*") if p.is_file()} == files
+
+
+def package_modules() -> list[str]:
+    """What the job package must hold: every module of jobs/cdcreplay, by its import path."""
+    jobs = REPO / "jobs"
+    return sorted(str(p.relative_to(jobs)) for p in (jobs / "cdcreplay").rglob("*.py") if "__pycache__" not in p.parts)

@@ -17,12 +17,15 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 from cdcreplay.airflow_env import REPO
+from cdcreplay.benchmark_reference import run_reference
 
 REFERENCE_EVENTS_PER_S = {"spark (hand-written, from_json + max_by)": 196_000, "duckdb": 1_000_000}
 SPARK_REFERENCE = REFERENCE_EVENTS_PER_S["spark (hand-written, from_json + max_by)"]
@@ -72,9 +75,10 @@ def measure(spark, work: Path, fmt: str, events: int, reconcile: bool) -> dict:
     pipeline = config.project.pipelines[0]
     run_id = f"bench_{datetime.now(UTC):%Y%m%dT%H%M%S}"
     spec = build_run_spec(config, run_id=run_id, full_rebuild=True)
-    began = time.monotonic()
-    summary = run_pipeline(spark, config, pipeline, spec)
-    elapsed = time.monotonic() - began
+    with PeakMemory(spark) as memory:
+        began = time.monotonic()
+        summary = run_pipeline(spark, config, pipeline, spec)
+        elapsed = time.monotonic() - began
     result = {
         "format": fmt,
         "row_events": events,
@@ -84,6 +88,8 @@ def measure(spark, work: Path, fmt: str, events: int, reconcile: bool) -> dict:
         "stages_s": summary["timings_s"],
         "tables": {t: info["rows"] for t, info in summary["tables"].items()},
         "quarantined": summary["decoded"]["quarantined"],
+        "peak_driver_jvm_mb": memory.peak_jvm_mb,
+        "peak_python_rss_mb": memory.peak_python_rss_mb(),
     }
     if reconcile:
         from cdcreplay.reconcile import run_reconciliation
@@ -95,26 +101,69 @@ def measure(spark, work: Path, fmt: str, events: int, reconcile: bool) -> dict:
         result["reconcile_s"] = round(time.monotonic() - began, 2)
         result["reconcile_verdict"] = outcome["verdict"]
     result["ratio_to_spark_reference"] = round(result["events_per_s"] / SPARK_REFERENCE, 2)
+    reference = run_reference(fmt, archive, work / "duckdb")
+    if reference is not None:
+        result["duckdb"] = reference
+        result["ratio_to_duckdb"] = round(result["events_per_s"] / reference["events_per_s"], 3)
+        live_rows = sum(result["tables"].values())
+        if reference["latest_rows"] != live_rows:
+            result["duckdb_mismatch"] = f"DuckDB kept {reference['latest_rows']} latest rows, the job {live_rows}"
     return result
+
+
+class PeakMemory:
+    """Peak heap used by the driver JVM (sampled every 0.2 s) and peak RSS of the Python processes (driver, workers)."""
+
+    def __init__(self, spark):
+        self._runtime = spark.sparkContext._jvm.java.lang.Runtime.getRuntime()
+        self.peak_jvm_mb = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.2):
+            try:
+                used = self._runtime.totalMemory() - self._runtime.freeMemory()
+            except Exception:  # the gateway is busy or closing: skip this sample
+                continue
+            self.peak_jvm_mb = max(self.peak_jvm_mb, round(used / 2**20))
+
+    def __enter__(self) -> PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    @staticmethod
+    def peak_python_rss_mb() -> dict:
+        # ru_maxrss is in KiB on Linux; RUSAGE_CHILDREN covers the largest finished Python worker.
+        return {
+            "driver": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+            "largest_worker": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024),
+        }
 
 
 def render(results: list[dict]) -> str:
     header = (
-        f"{'format':15} {'records':>10} {'seconds':>8} {'events/s':>10} {'x ref':>6}  "
-        + "  ".join(f"{s:>8}" for s in STAGES)
-        + f"  {'reconcile':>9}"
+        f"{'format':15} {'records':>10} {'seconds':>8} {'events/s':>10} {'x ref':>6} {'duckdb/s':>9} {'x duck':>6} "
+        f"{'jvm MB':>6}  " + "  ".join(f"{s:>8}" for s in STAGES) + f"  {'reconcile':>9}"
     )
     lines = [header, "-" * len(header)]
     for r in results:
         stages = "  ".join(f"{r['stages_s'].get(s, 0):>7.1f}s" for s in STAGES)
         reconcile = f"{r['reconcile_s']:>8.1f}s" if "reconcile_s" in r else f"{'-':>9}"
+        duck = r.get("duckdb")
+        duck_text = f"{duck['events_per_s']:>9,} {r['ratio_to_duckdb']:>6.3f}" if duck else f"{'-':>9} {'-':>6}"
         lines.append(
             f"{r['format']:15} {r['records']:>10,} {r['seconds']:>8.1f} {r['events_per_s']:>10,} "
-            f"{r['ratio_to_spark_reference']:>6.2f}  {stages}  {reconcile}"
+            f"{r['ratio_to_spark_reference']:>6.2f} {duck_text} {r['peak_driver_jvm_mb']:>6}  {stages}  {reconcile}"
         )
     lines.append(
         f"x ref: events/s divided by the hand-written Spark reference ({SPARK_REFERENCE:,} events/s, "
-        "shared/environment.md); DuckDB did ~1,000,000 events/s there."
+        "shared/environment.md); duckdb/s: the same archive decoded and compacted by DuckDB SQL in this run "
+        "(benchmark_reference.py), x duck the ratio to it; jvm MB: peak driver heap used."
     )
     return "\n".join(lines)
 
@@ -147,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
         master=args.master,
         extra={"spark.driver.memory": args.driver_memory, "spark.sql.shuffle.partitions": "8"},
     )
+    from cdcreplay.progress import show_on_console
+
+    show_on_console("[benchmark]")  # run_pipeline's stage lines as a bar (plain lines when not a terminal)
     results = []
     for fmt in formats:
         print(f"{fmt}: {args.events:,} row events", flush=True)

@@ -7,6 +7,7 @@ cdcreplay report     --config FILE [--run-id ID]         the summary of a run (d
 cdcreplay simulate   ...                                  write a simulated archive (see --help)
 cdcreplay demo       [--events N] [--drift N]             the quick start: simulate, run the DAG in Airflow, check
 cdcreplay benchmark  ...                                  events/s per format (see --help)
+cdcreplay package    [--out FILE]                         zip of the cdcreplay package for spark-submit --py-files
 """
 
 from __future__ import annotations
@@ -53,6 +54,41 @@ def latest_run_id(config, pipeline: str) -> str | None:
     return max(candidates, key=lambda p: (p / "summary.json").stat().st_mtime).name if candidates else None
 
 
+# Where `cdcreplay package` writes by default; the DAG ships it when CDCREPLAY_PY_FILES names it.
+DEFAULT_PACKAGE = Path(__file__).resolve().parents[2] / "var" / "dist" / "cdcreplay-jobs.zip"
+
+
+def build_package(out: Path) -> int:
+    """Zip the cdcreplay package (its .py files) for spark-submit --py-files; return the number of modules.
+
+    The executors import the jobs' code from this file, so it must be rebuilt whenever jobs/cdcreplay changes.
+    Entries are sorted and carry a fixed timestamp (the same code gives the same bytes), and the file is replaced in
+    one step, so a submission running meanwhile reads the old archive or the new one, never half of one.
+    """
+    import os
+    import tempfile
+    import zipfile
+
+    package = Path(__file__).resolve().parent
+    modules = sorted(p for p in package.rglob("*.py") if "__pycache__" not in p.parts)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    handle, temp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
+    os.close(handle)
+    try:
+        with zipfile.ZipFile(temp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+            for module in modules:
+                entry = zipfile.ZipInfo(str(module.relative_to(package.parent)), date_time=(1980, 1, 1, 0, 0, 0))
+                entry.compress_type = zipfile.ZIP_DEFLATED
+                entry.external_attr = 0o644 << 16
+                archive.writestr(entry, module.read_bytes())
+        os.chmod(temp, 0o644)
+        os.replace(temp, out)
+    finally:
+        if os.path.exists(temp):
+            os.unlink(temp)
+    return len(modules)
+
+
 def report(config_path: str, run_id: str | None) -> int:
     from cdcreplay.report import render_run
     from cdcreplay.run_spec import RunSpec
@@ -87,6 +123,15 @@ def main(argv: list[str] | None = None) -> int:
             from cdcreplay.benchmark import main as benchmark_main
 
             return benchmark_main(rest)
+        if command == "package":
+            parser = argparse.ArgumentParser(
+                prog="cdcreplay package",
+                description="Zip the cdcreplay package for spark-submit --py-files; rebuild it when jobs/ changes.",
+            )
+            parser.add_argument("--out", type=Path, default=DEFAULT_PACKAGE, help=f"default {DEFAULT_PACKAGE}")
+            out = parser.parse_args(rest).out.resolve()
+            print(f"{out}: {build_package(out)} modules of cdcreplay; ship it with CDCREPLAY_PY_FILES={out}")
+            return 0
         if command == "run":
             from cdcreplay.entrypoints import reconcile_main, replay_main
 

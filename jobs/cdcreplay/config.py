@@ -7,6 +7,7 @@ Every error names the file, the field and the fix.
 from __future__ import annotations
 
 import re
+import unicodedata
 from pathlib import Path
 from typing import Literal
 
@@ -20,8 +21,44 @@ SPARK_TYPES = re.compile(
     r"^(int|bigint|smallint|tinyint|float|double|string|boolean|binary|date|timestamp|timestamp_ntz"
     r"|decimal\(\s*\d{1,2}\s*,\s*\d{1,2}\s*\))$"
 )
-# Names that end up in file paths and command lines: letters, digits and a few separators only.
-SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+# Names that end up in file paths and command lines: letters, digits and a few separators only. `\Z`, not `$`:
+# Python's `$` also matches before a trailing newline, which would let "name\n" through.
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}\Z")
+KAFKA_TOPIC = re.compile(r"^[A-Za-z0-9._\-]{1,249}\Z")
+KAFKA_TOPIC_RULE = "Kafka topic names use letters, digits, '.', '_' and '-', at most 249 characters"
+SAFE_NAME_RULE = "use letters, digits, '_', '-' and '.', starting with a letter or digit, at most 128 characters"
+# Table ids name the DATA's tables, which may be called anything (spaces, any script): they only select rows and
+# are mapped to folder names safely (warehouse.table_folder_name). What they may not hold is invisible text.
+MAX_TABLE_ID = 512
+
+
+def invisible_characters(text: str) -> list[str]:
+    """Control and format characters (NUL, newline, tab, right-to-left override, zero-width space, BOM, ...) as
+    U+XXXX: they make a name display as something it is not, or break the file and log lines it reaches."""
+    return sorted({f"U+{ord(c):04X}" for c in text if unicodedata.category(c) in ("Cc", "Cf")})
+
+
+def table_id_problem(table_id: str) -> str | None:
+    """Why ``table_id`` cannot name a table (with the fix), or None."""
+    hidden = invisible_characters(table_id)
+    if hidden:
+        return f"table id {table_id!r} contains invisible characters ({', '.join(hidden)}); remove them"
+    if not table_id.strip() or table_id != table_id.strip():
+        return f"table id {table_id!r} is empty or starts or ends with spaces; write it as db.table or db.schema.table"
+    if len(table_id) > MAX_TABLE_ID:
+        return f"table id {table_id[:40]!r}... is {len(table_id)} characters long; at most {MAX_TABLE_ID}"
+    return None
+
+
+def path_problem(path: str) -> str | None:
+    """Why a path from the config cannot be used (with the fix), or None. The config is the operator's own file, so
+    absolute paths and `..` are fine; control characters are not (NUL cuts a path short, newlines forge log lines)."""
+    hidden = invisible_characters(path)
+    if hidden:
+        return f"path {path!r} contains control characters ({', '.join(hidden)}); remove them"
+    if not path.strip():
+        return "path is empty; give a folder or file path"
+    return None
 
 
 class ConfigError(ValueError):
@@ -32,6 +69,13 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _usable_path(value: str) -> str:
+    problem = path_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
 class ArchiveConfig(_Strict):
     path: str = Field(description="Folder (or file) holding the archived Kafka records; relative to the config file.")
     layout: Literal["parquet", "jsonl", "kcat"] = Field(
@@ -39,6 +83,8 @@ class ArchiveConfig(_Strict):
         description="parquet: Spark Kafka-source columns; jsonl: the same columns as JSON lines with base64 "
         "key/value; kcat: `kcat -C -J` output lines.",
     )
+
+    _path = field_validator("path")(_usable_path)
 
 
 class TableConfig(_Strict):
@@ -88,10 +134,24 @@ class PipelineConfig(_Strict):
     @classmethod
     def _safe_name(cls, value):
         if not SAFE_NAME.match(value):
-            raise ValueError(
-                f"{value!r} is not a safe pipeline name; use letters, digits, '_', '-' and '.', starting with a "
-                "letter or digit (it becomes a folder name)"
-            )
+            raise ValueError(f"{value!r} is not a safe pipeline name; {SAFE_NAME_RULE} (it becomes a folder name)")
+        return value
+
+    @field_validator("topics")
+    @classmethod
+    def _kafka_topics(cls, value):
+        for topic in value or ():
+            if not KAFKA_TOPIC.match(topic) or topic in (".", ".."):
+                raise ValueError(f"{topic!r} is not a Kafka topic name; {KAFKA_TOPIC_RULE}")
+        return value
+
+    @field_validator("tables")
+    @classmethod
+    def _table_ids(cls, value):
+        for table_id in value:
+            problem = table_id_problem(table_id)
+            if problem:
+                raise ValueError(problem)
         return value
 
     @field_validator("format")
@@ -107,6 +167,8 @@ class PipelineConfig(_Strict):
             problem = option_error(self.format, option, value)
             if problem:
                 raise ValueError(problem)
+            if REGISTRY[self.format].options[option].kind == "path" and path_problem(value):
+                raise ValueError(f"options.{option}: {path_problem(value)}")
         return self
 
 
@@ -114,6 +176,8 @@ class ProjectConfig(_Strict):
     warehouse: str = Field(description="Folder where latest-state tables, run reports and quarantine are written.")
     keep_versions: int = Field(default=3, ge=1, description="Published versions kept per pipeline (older are removed).")
     pipelines: list[PipelineConfig]
+
+    _warehouse = field_validator("warehouse")(_usable_path)
 
     @model_validator(mode="after")
     def _unique_names(self):
@@ -178,6 +242,14 @@ def _describe(error: dict) -> str:
 
 def load_config(path: str | Path) -> LoadedConfig:
     """Read and validate the pipelines file; raise ConfigError naming the file, field and fix."""
+    problem = path_problem(str(path))
+    if problem:
+        raise ConfigError(f"config {problem}; pass --config (or the `config` parameter) with your pipelines file")
+    if not str(path).endswith((".yaml", ".yml")):
+        raise ConfigError(
+            f"config path {str(path)!r} is not a .yaml or .yml file; pass --config (or the `config` parameter) with "
+            "the path of your pipelines file"
+        )
     config_path = Path(path).expanduser().resolve()
     if not config_path.is_file():
         raise ConfigError(f"{config_path}: config file not found; pass --config with the path of your pipelines file")

@@ -25,12 +25,23 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from cdcreplay import progress
 from cdcreplay.airflow_env import DAG_ID, REPO, embedded_env, venv_bin
 from cdcreplay.config import LoadedConfig, load_config
 
 DEFAULT_CONFIG = REPO / "config" / "pipelines.yaml"
 DEFAULT_WORK = REPO / "var"
 SEED = 20260101
+# What the progress bar says while a task of the DAG run starts (`airflow dags test` logs these lines).
+DAG_TASK_NOTES = {
+    f"[DAG TEST] starting task_id={task}": f"{task}: {what}"
+    for task, what in {
+        "validate_run": "checking the config and parameters",
+        "replay": "spark-submit jobs/replay.py (starting Spark)",
+        "reconcile": "spark-submit jobs/reconcile.py (reconciling snapshots)",
+        "report": "writing the run's report",
+    }.items()
+}
 
 
 def _say(message: str) -> None:
@@ -79,13 +90,16 @@ def run_airflow(config: LoadedConfig, work: Path) -> tuple[int, Path]:
     _say(f"airflow dags test {DAG_ID} {logical_date} --conf '{conf}'  (log: {logs / 'airflow-dags-test.log'})")
     dags_log = logs / "airflow-dags-test.log"
     with dags_log.open("w") as out:
-        code = subprocess.call(
+        process = subprocess.Popen(
             [airflow, "dags", "test", DAG_ID, logical_date, "--conf", conf],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
             cwd=home,
         )
+        # The replay job's stage lines in the log drive a progress bar (plain lines when stdout is not a terminal).
+        console = progress.ConsoleProgress("[demo]", units=len(config.project.pipelines) + 1)  # + reconcile
+        code = progress.follow(process, dags_log, console, notes=DAG_TASK_NOTES)
     return code, dags_log
 
 

@@ -6,7 +6,6 @@ Storage is touched only here (and in warehouse.py); every step in between is Dat
 from __future__ import annotations
 
 import json
-import logging
 import shutil
 import time
 from pathlib import Path
@@ -14,7 +13,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from cdcreplay import archive, warehouse
+from cdcreplay import archive, progress, warehouse
 from cdcreplay.compaction import merge_with_state, purge_tombstones
 from cdcreplay.config import LoadedConfig, PipelineConfig
 from cdcreplay.formats import REGISTRY, decoder
@@ -22,8 +21,6 @@ from cdcreplay.formats.common import DECODED_DDL, KIND_CHANGE, KIND_CONTROL, KIN
 from cdcreplay.run_spec import RunSpec
 from cdcreplay.schema import CHANGELOG_COLUMNS, CONTROL_NOTE
 from cdcreplay.tables import TypeConflictError, table_layouts, typed_table, unreadable_values
-
-log = logging.getLogger("cdcreplay")
 
 
 class AccountingError(RuntimeError):
@@ -52,11 +49,13 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
     run_dir = paths.run_dir(spec.run_id)
     run_dir.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
+    stages = progress.StageProgress(pipeline.name, spark)
 
-    def lap(stage: str, since: float) -> float:
+    def lap(stage: str, since: float, done: int | None = None, total: int | None = None, unit: str = "") -> float:
+        """End a stage: its time in the summary, a progress line with what it got through in the log."""
         now = time.time()
         timings[stage] = round(now - since, 3)
-        log.info("pipeline %s: %s done in %.1fs", pipeline.name, stage, now - since)
+        stages.done(stage, now - since, done, total, unit)
         return now
 
     # -- read: which files, which records, and a manifest of both ------------------------------------------------
@@ -72,7 +71,7 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
     gaps = archive.offset_gaps(selected) if any(e["missing_offsets"] for e in extents) else []
     manifest = archive.build_manifest(files, extents, gaps, selection)
     warehouse.write_json_atomically(run_dir / "manifest.json", manifest)
-    t = lap("read", t)
+    t = lap("read", t, manifest["records"], unit=f"records selected from {len(files)} files")
     if spec.dry_run or manifest["distinct_records"] == 0:
         # Nothing to decode (a dry run, or an interval with no records): the published state stays as it is.
         summary = _summary(pipeline, spec, paths, manifest, timings, started, dry_run=spec.dry_run)
@@ -101,7 +100,7 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
     decoded.write.mode("overwrite").partitionBy("record_kind").parquet(str(run_dir / "decoded"))
     kinds = _decoded_counts(spark, paths, spec.run_id)
     _check_accounting(kinds, manifest, spec)
-    t = lap("decode", t)
+    t = lap("decode", t, kinds["source_records"], manifest["distinct_records"], "records decoded")
 
     # -- compact onto the previous published state (base_state, read above), unless this is a full rebuild ---------
     changes = _read_decoded(spark, paths, spec.run_id, KIND_CHANGE, changelog_only=True)
@@ -109,7 +108,7 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
     state = purge_tombstones(merge_with_state(base_state, changes), pipeline.tombstone_retention_days)
     state.write.mode("overwrite").partitionBy("table_id").parquet(str(paths.state_dir(version)))
     state = spark.read.parquet(str(paths.state_dir(version)))
-    t = lap("compact", t)
+    t = lap("compact", t, kinds["changelog_rows"], unit="changes merged")
 
     # -- typed tables, audited, then one atomic switch of the published pointer ------------------------------------
     layouts = table_layouts(state)
@@ -141,13 +140,13 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
         }
     for table_id, row in counts.items():  # tables whose every key is deleted still exist, empty
         tables.setdefault(table_id, {"rows": 0, "tombstones": row["tombstones"], "key_columns": [], "columns": []})
-    t = lap("type", t)
+    t = lap("type", t, len(tables), unit="tables typed")
 
     # -- audit before publish: a table that fails its suite is never published; readers keep the previous version --
     quality = _audit_tables(spark, paths, version, layouts, run_dir)
-    t = lap("audit", t)
+    t = lap("audit", t, len(quality["tables"]), len(layouts), "tables passed")
     pointer = warehouse.publish(paths, version, tables, spec.run_id, config.project.keep_versions)
-    lap("publish", t)
+    lap("publish", t, len(pointer["tables"]), unit="tables published")
 
     summary = _summary(pipeline, spec, paths, manifest, timings, started, dry_run=False)
     summary.update(
@@ -207,9 +206,44 @@ def _decoded_counts(spark: SparkSession, paths, run_id: str) -> dict:
         .agg(F.count(F.lit(1)).alias("rows"))
         .collect()
     )
-    records = decoded.select("topic", "partition", "offset").distinct().count()
+    # Each distinct record is accounted for once: quarantined when any of its rows is (a multi-row message with one
+    # bad row still applies its good rows), else changelog when it has a row change, else control.
+    per_record = decoded.groupBy("topic", "partition", "offset").agg(
+        *[
+            F.max((F.col("record_kind") == kind).cast("int")).alias(name)
+            for name, kind in (("quarantined", KIND_QUARANTINE), ("change", KIND_CHANGE), ("control", KIND_CONTROL))
+        ]
+    )
+    changelog_only = (F.col("quarantined") == 0) & (F.col("change") == 1)
+    control_only = (F.col("quarantined") == 0) & (F.col("change") == 0) & (F.col("control") == 1)
+    per_partition = (
+        per_record.groupBy("topic", "partition")
+        .agg(
+            F.count(F.lit(1)).alias("decoded_records"),
+            F.sum(changelog_only.cast("int")).alias("changelog_records"),
+            F.sum(control_only.cast("int")).alias("control_records"),
+            F.sum("quarantined").alias("quarantined_records"),
+        )
+        .collect()
+    )
+    # What was read per partition, as the run's manifest recorded it before decoding.
+    manifest = json.loads(paths.run_file(run_id, "manifest.json").read_text(encoding="utf-8"))
+    partitions: dict[str, dict[str, dict]] = {}
+    empty = {"changelog_records": 0, "control_records": 0, "quarantined_records": 0}
+    for extent in manifest["partitions"]:
+        partitions.setdefault(extent["topic"], {})[str(extent["partition"])] = {
+            "records_read": extent["records"],
+            "distinct_records": extent["distinct_offsets"],
+            **empty,
+        }
+    for row in per_partition:
+        read = {"records_read": 0, "distinct_records": 0, **empty}
+        counts_of = partitions.setdefault(row.topic, {}).setdefault(str(row.partition), read)
+        counts_of.update({name: row[name] for name in empty})
+    records = sum(row.decoded_records for row in per_partition)
     counts = {
         "source_records": records,
+        "partitions": partitions,
         "changelog_rows": 0,
         "control_rows": 0,
         "quarantined": 0,
@@ -234,13 +268,29 @@ def _decoded_counts(spark: SparkSession, paths, run_id: str) -> dict:
 
 
 def _check_accounting(kinds: dict, manifest: dict, spec: RunSpec) -> None:
-    """Every record read produced a changelog row, a control row or a quarantine row: nothing vanished."""
+    """Per topic partition, every distinct record read is accounted for exactly once, as a changelog, control or
+    quarantined record: none vanished, none was invented."""
     if spec.tables:
         return  # records of other tables are left out on purpose
-    if kinds["source_records"] != manifest["distinct_records"]:
-        raise AccountingError(
+    problems = []
+    for topic, partitions in sorted(kinds["partitions"].items()):
+        for partition, c in sorted(partitions.items(), key=lambda item: int(item[0])):
+            accounted = c["changelog_records"] + c["control_records"] + c["quarantined_records"]
+            if accounted != c["distinct_records"]:
+                problems.append(
+                    f"topic {topic} partition {partition}: read {c['distinct_records']} distinct records but "
+                    f"{accounted} are accounted for (changelog {c['changelog_records']}, control "
+                    f"{c['control_records']}, quarantined {c['quarantined_records']})"
+                )
+    if problems or kinds["source_records"] != manifest["distinct_records"]:
+        problems = problems or [
             f"read {manifest['distinct_records']} distinct records but decoded rows account for "
-            f"{kinds['source_records']}; this is a bug in the decoder: please report it with the run's manifest"
+            f"{kinds['source_records']}"
+        ]
+        raise AccountingError(
+            "records read and records accounted for disagree: "
+            + "; ".join(problems)
+            + ". Nothing was published. This is a bug in the decoder: please report it with the run's manifest"
         )
 
 

@@ -30,6 +30,7 @@ def render_replay(summaries: list[dict]) -> str:
             f"quarantined {decoded['quarantined']}"
             + (f" {decoded['quarantine_by_reason']}" if decoded["quarantined"] else "")
         )
+        lines.extend(_partition_lines(decoded.get("partitions", {})))
         for note, count in sorted(decoded.get("notes", {}).items()):
             lines.append(f"  note ({count} records): {note}")
         lines.append(f"  published version {s['version']}:")
@@ -39,6 +40,30 @@ def render_replay(summaries: list[dict]) -> str:
             lines.append(f"  quarantine: {s['quarantine_path']}")
         lines.append(f"  manifest: {s['manifest_path']}")
     return "\n".join(lines)
+
+
+MAX_PARTITION_LINES = 20
+
+
+def _partition_lines(partitions: dict[str, dict[str, dict]]) -> list[str]:
+    """Per topic partition: the distinct records read, each accounted for once (the job checked the sums)."""
+    rows = [
+        (topic, int(partition), counts)
+        for topic, by_partition in partitions.items()
+        for partition, counts in by_partition.items()
+    ]
+    if not rows:
+        return []
+    lines = ["  records per partition (distinct read = changelog + control + quarantined):"]
+    for topic, partition, c in sorted(rows, key=lambda row: row[:2])[:MAX_PARTITION_LINES]:
+        duplicates = c["records_read"] - c["distinct_records"]
+        lines.append(
+            f"    {topic}/{partition}: {c['distinct_records']} = {c['changelog_records']} + {c['control_records']} + "
+            f"{c['quarantined_records']}" + (f" ({duplicates} duplicate records skipped)" if duplicates else "")
+        )
+    if len(rows) > MAX_PARTITION_LINES:
+        lines.append(f"    ... and {len(rows) - MAX_PARTITION_LINES} more partitions: see the run's summary.json")
+    return lines
 
 
 def render_reconciliation(results: list[dict]) -> str:

@@ -11,7 +11,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
-from cdcreplay.config import SAFE_NAME, ConfigError, LoadedConfig
+from cdcreplay.config import KAFKA_TOPIC, KAFKA_TOPIC_RULE, SAFE_NAME, SAFE_NAME_RULE, ConfigError, LoadedConfig
 
 RUN_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
 
@@ -43,10 +43,20 @@ class RunSpec:
 
     @classmethod
     def from_json(cls, text: str) -> RunSpec:
+        """The spec a job is given on its command line. ``build_run_spec`` validated it in the DAG, but a hand-made
+        ``--run-spec`` reaches the jobs directly: the names that become paths are checked again."""
         data = json.loads(text)
-        data["pipelines"] = tuple(data.get("pipelines") or ())
-        data["tables"] = tuple(data.get("tables") or ())
+        run_id = data.get("run_id")
+        if not (isinstance(run_id, str) and run_id and _cleaned_run_id(run_id) == run_id):
+            raise ConfigError(
+                f"run spec: run_id {run_id!r} is not a safe run id; use letters, digits, '_', '-' and '.' (at most "
+                "150), as build_run_spec makes them"
+            )
+        data["pipelines"] = _names(data.get("pipelines"), "pipelines")
+        data["tables"] = _names(data.get("tables"), "tables")
         data["offsets"] = tuple(OffsetRange(**item) for item in data.get("offsets") or ())
+        for offset_range in data["offsets"]:
+            _check_topic(offset_range.topic)
         return cls(**data)
 
     @property
@@ -58,12 +68,17 @@ class RunSpec:
         return _parse_time(self.end, "end") if self.end else None
 
 
+def _cleaned_run_id(run_id: str) -> str:
+    # Cut to length before trimming, so that a cleaned id cleans to itself (RunSpec.from_json relies on it).
+    return RUN_ID_UNSAFE.sub("_", run_id)[:150].strip("._-")
+
+
 def safe_run_id(run_id: str) -> str:
     """Airflow run ids carry ':' and '+'; folder names should not."""
-    cleaned = RUN_ID_UNSAFE.sub("_", run_id).strip("._-")
+    cleaned = _cleaned_run_id(run_id)
     if not cleaned:
         raise ConfigError(f"run_id {run_id!r} has no usable characters; use letters, digits, '_', '-' or '.'")
-    return cleaned[:150]
+    return cleaned
 
 
 def _parse_time(value: str, name: str) -> datetime:
@@ -91,6 +106,7 @@ def _parse_offsets(value) -> tuple[OffsetRange, ...]:
         raise ConfigError(f"parameter offsets: expected an object keyed by topic; {OFFSETS_HINT}")
     ranges = []
     for topic, partitions in value.items():
+        _check_topic(topic)
         if not isinstance(partitions, dict) or not partitions:
             raise ConfigError(f"parameter offsets.{topic}: expected an object keyed by partition; {OFFSETS_HINT}")
         for partition, bounds in partitions.items():
@@ -110,6 +126,11 @@ def _parse_offsets(value) -> tuple[OffsetRange, ...]:
     return tuple(ranges)
 
 
+def _check_topic(topic) -> None:
+    if not isinstance(topic, str) or not KAFKA_TOPIC.match(topic) or topic in (".", ".."):
+        raise ConfigError(f"parameter offsets: {topic!r} is not a Kafka topic name; {KAFKA_TOPIC_RULE}")
+
+
 OFFSETS_HINT = 'e.g. {"shop.orders": {"0": {"start": 0, "until": 1000}}} (start inclusive, until exclusive)'
 
 
@@ -122,9 +143,7 @@ def _names(value, parameter: str) -> tuple[str, ...]:
         raise ConfigError(f"parameter {parameter}: expected a list of names")
     for item in value:
         if not SAFE_NAME.match(item):
-            raise ConfigError(
-                f"parameter {parameter}: {item!r} is not a valid name; use letters, digits, '_', '-' and '.'"
-            )
+            raise ConfigError(f"parameter {parameter}: {item!r} is not a valid name; {SAFE_NAME_RULE}")
     return tuple(value)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 # pyspark 4.2.0 deadlocks when a Python UDF / mapInArrow reads straight from a vectorized Parquet scan
 # (shared/environment.md). Every Python-side decoder sits on that path, so the row-based reader is used.
@@ -34,6 +35,8 @@ def build_session(app_name: str = "cdcreplay", master: str | None = None, extra:
         builder = builder.master(master)
         if master.startswith("local"):
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # a local run listens on loopback only
+            # Python workers run this interpreter (it has pyarrow and cdcreplay), not whatever python3 is on PATH.
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     for key, value in {**SAFE_DEFAULTS, **(extra or {})}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()

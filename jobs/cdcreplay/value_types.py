@@ -1,4 +1,4 @@
-"""Source types -> Spark SQL types, value validation, and the typed projection of a row image.
+"""Source types -> Spark SQL types, and the typed projection of a row image (value checks: value_checks.py).
 
 Every decoder turns a value into *canonical text* (what ``CAST(text AS <type>)`` reads back; binary as base64) and
 records the column's Spark type in ``column_types``. This module holds the mappings users read in the README's
@@ -22,6 +22,9 @@ enum, set, time, bit, geometry)
 """
 
 from __future__ import annotations
+
+import re
+from functools import lru_cache
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
@@ -55,107 +58,49 @@ def safe_timestamp_millis(millis: Column) -> Column:
     return safe_timestamp_micros(F.try_multiply(millis.try_cast("bigint"), F.lit(1000)))
 
 
-def safe_date_from_days(days: Column) -> Column:
-    days = days.try_cast("bigint")
-    return F.when(days.between(MIN_DAYS, MAX_DAYS), F.date_add(F.lit("1970-01-01").cast("date"), days.cast("int")))
+_MYSQL_TYPE_RULES = (
+    (re.compile(r"^(tinyint\(1\)|bool|boolean)( |$)"), "boolean"),
+    (re.compile(r"^bigint.*unsigned"), "decimal(20,0)"),
+    (re.compile(r"^(int|integer|mediumint)[^ ]* +unsigned"), "bigint"),
+    (re.compile(r"^bigint"), "bigint"),
+    (re.compile(r"^(tinyint|smallint|mediumint|int|integer)( |\(|$)"), "int"),
+    (re.compile(r"^(decimal|numeric)\(\s*([0-9]+)\s*,\s*([0-9]+)\s*\)"), "decimal({1},{2})"),
+    (re.compile(r"^(decimal|numeric)\(\s*([0-9]+)\s*\)"), "decimal({1},0)"),
+    (re.compile(r"^float"), "float"),
+    (re.compile(r"^(double|real)"), "double"),
+    (re.compile(r"^date$"), "date"),
+    (re.compile(r"^datetime"), "timestamp_ntz"),
+    (re.compile(r"^timestamp"), "timestamp"),
+    (re.compile(r"^year"), "int"),
+    (re.compile(r"^(binary|varbinary|tinyblob|blob|mediumblob|longblob)"), "binary"),
+)
+
+
+@lru_cache(maxsize=1024)
+def mysql_type_name_to_spark(mysql_type: str) -> str:
+    """A MySQL type text as Canal/DTS/DRS print it (`INTEGER`, `varchar(64)`, `decimal(12,2)`) -> Spark type."""
+    text = mysql_type.strip().lower()
+    for pattern, spark_type in _MYSQL_TYPE_RULES:
+        match = pattern.search(text)
+        if match:
+            return spark_type.format(*match.groups())
+    return "string"
 
 
 def mysql_type_to_spark(mysql_type: Column) -> Column:
-    """A MySQL type text as Canal/DTS/DRS print it (`INTEGER`, `varchar(64)`, `decimal(12,2)`) -> Spark type."""
-    t = F.lower(F.trim(mysql_type))
-    precision = F.regexp_extract(t, r"\(\s*([0-9]+)", 1)
-    scale = F.regexp_extract(t, r",\s*([0-9]+)", 1)
-    return (
-        F.when(t.rlike(r"^(tinyint\(1\)|bool|boolean)( |$)"), F.lit("boolean"))
-        .when(t.rlike(r"^bigint.*unsigned"), F.lit("decimal(20,0)"))
-        .when(t.rlike(r"^(int|integer|mediumint)[^ ]* +unsigned"), F.lit("bigint"))
-        .when(t.rlike(r"^bigint"), F.lit("bigint"))
-        .when(t.rlike(r"^(tinyint|smallint|mediumint|int|integer)( |\(|$)"), F.lit("int"))
-        .when(
-            t.rlike(r"^(decimal|numeric)\(\s*[0-9]+\s*,\s*[0-9]+\s*\)"),
-            F.concat(F.lit("decimal("), precision, F.lit(","), scale, F.lit(")")),
-        )
-        .when(t.rlike(r"^(decimal|numeric)\(\s*[0-9]+\s*\)"), F.concat(F.lit("decimal("), precision, F.lit(",0)")))
-        .when(t.rlike(r"^float"), F.lit("float"))
-        .when(t.rlike(r"^(double|real)"), F.lit("double"))
-        .when(t == "date", F.lit("date"))
-        .when(t.rlike(r"^datetime"), F.lit("timestamp_ntz"))
-        .when(t.rlike(r"^timestamp"), F.lit("timestamp"))
-        .when(t.rlike(r"^year"), F.lit("int"))
-        .when(t.rlike(r"^(binary|varbinary|tinyblob|blob|mediumblob|longblob)"), F.lit("binary"))
-        .otherwise(F.lit("string"))
-    )
-
-
-# Debezium / Kafka Connect schema field -> Spark type. Input: semantic name, primitive type, scale, precision.
-def debezium_field_type(name: Column, primitive: Column, scale: Column, precision: Column) -> Column:
-    return (
-        F.when(
-            name == "org.apache.kafka.connect.data.Decimal",
-            F.concat(
-                F.lit("decimal("),
-                F.coalesce(precision, F.lit("38")),
-                F.lit(","),
-                F.coalesce(scale, F.lit("0")),
-                F.lit(")"),
-            ),
-        )
-        .when(name.isin("io.debezium.time.Date", "org.apache.kafka.connect.data.Date"), F.lit("date"))
-        .when(
-            name.isin(
-                "io.debezium.time.Timestamp",
-                "io.debezium.time.MicroTimestamp",
-                "io.debezium.time.NanoTimestamp",
-                "org.apache.kafka.connect.data.Timestamp",
-            ),
-            F.lit("timestamp_ntz"),
-        )
-        .when(name.isin("io.debezium.time.ZonedTimestamp", "io.debezium.time.IsoTimestamp"), F.lit("timestamp"))
-        .when(name == "io.debezium.time.IsoDate", F.lit("date"))
-        .when(name == "io.debezium.time.Year", F.lit("int"))
-        # Durations: an integer count of their unit (Parquet cannot hold Spark intervals).
-        .when(name.isin("io.debezium.time.MicroDuration", "io.debezium.time.NanoDuration"), F.lit("bigint"))
-        .when(name == "io.debezium.data.Bits", F.lit("binary"))  # BIT(n): bytes, base64 like any binary
-        .when(name.isNotNull(), F.lit("string"))  # VariableScaleDecimal, *Time, Interval, Json, Enum, Uuid, Xml, ...
-        .when(primitive == "boolean", F.lit("boolean"))
-        .when(primitive == "int8", F.lit("tinyint"))
-        .when(primitive == "int16", F.lit("smallint"))
-        .when(primitive == "int32", F.lit("int"))
-        .when(primitive == "int64", F.lit("bigint"))
-        .when(primitive == "float32", F.lit("float"))
-        .when(primitive.isin("float64", "double"), F.lit("double"))
-        .when(primitive == "float", F.lit("float"))
-        .when(primitive == "bytes", F.lit("binary"))
-        .otherwise(F.lit("string"))
-    )
-
-
-def valid_value(value: Column, spark_type: Column) -> Column:
-    """True when canonical text ``value`` reads back as ``spark_type`` (NULL is always valid)."""
-    decimal_text = value.rlike(r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?$")
-    return (
-        F.when(value.isNull(), F.lit(True))
-        .when(spark_type == "string", F.lit(True))
-        .when(spark_type == "boolean", F.lower(value).isin("true", "false", "1", "0", "t", "f", "yes", "no"))
-        .when(spark_type.isin("tinyint", "smallint", "int"), value.try_cast("int").isNotNull())
-        .when(spark_type == "bigint", value.try_cast("bigint").isNotNull())
-        .when(spark_type.isin("float", "double"), value.try_cast("double").isNotNull())
-        .when(spark_type.startswith("decimal"), decimal_text)
-        .when(spark_type == "date", value.try_cast("date").isNotNull())
-        .when(spark_type.startswith("timestamp"), value.try_cast("timestamp").isNotNull())
-        .when(spark_type == "binary", safe_binary(value).isNotNull())
-        .otherwise(F.lit(True))
-    )
-
-
-def invalid_columns(image: Column, column_types: Column) -> Column:
-    """Names of the columns of ``image`` whose value does not read back as its declared type."""
-    return F.map_keys(
-        F.map_filter(
-            image,
-            lambda column, value: ~valid_value(value, F.coalesce(column_types[column], F.lit("string"))),
-        )
-    )
+    """The same mapping as a Spark column, for decoders that run natively (DRS JSON): one rule table, two forms."""
+    text = F.lower(F.trim(mysql_type))
+    result = None
+    for pattern, spark_type in _MYSQL_TYPE_RULES:
+        # "decimal({1},{2})": the literal pieces around the regex groups' texts.
+        pieces = re.split(r"\{(\d)\}", spark_type)
+        parts = [
+            F.lit(piece) if index % 2 == 0 else F.regexp_extract(text, pattern.pattern, int(piece) + 1)
+            for index, piece in enumerate(pieces)
+        ]
+        value = parts[0] if len(parts) == 1 else F.concat(*parts)
+        result = (F if result is None else result).when(text.rlike(pattern.pattern), value)
+    return result.otherwise(F.lit("string"))
 
 
 def typed_value(image: Column, column: str, spark_type: str) -> Column:

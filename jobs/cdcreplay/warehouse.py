@@ -19,6 +19,7 @@ A reader never sees a half-written table: a run writes a new ``versions/<version
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -35,18 +36,42 @@ CURRENT_FILE = "_CURRENT.json"
 LOCK_FILE = "_LOCK.json"
 # A lock older than this is taken to belong to a run that died on another machine (where its pid cannot be checked).
 LOCK_STALE_AFTER_S = 6 * 3600
-UNSAFE_PATH_CHARS = re.compile(r"[^A-Za-z0-9_.\-]")
+UNSAFE_PATH_CHARS = re.compile(r"[^A-Za-z0-9_.\-]|^\.+")
+# Longer folder names are cut and made unique with a hash of the whole id (file systems allow 255 bytes).
+MAX_FOLDER_NAME = 200
 
 
 def table_folder_name(table_id: str) -> str:
-    """A table id as a folder name: dots kept, anything else unusual escaped as %XX."""
-    return UNSAFE_PATH_CHARS.sub(lambda m: f"%{ord(m.group(0)):02X}", table_id)
+    """A table id (from the DATA: it may be anything) as one folder name, distinct ids giving distinct names.
+
+    Letters, digits, '_', '-' and inner dots are kept; every other character is escaped as the %XX of its UTF-8
+    bytes, and so are leading dots ("." and ".." would name the folder itself or its parent, ".x" a hidden one).
+    A name longer than MAX_FOLDER_NAME keeps its start and ends with '~' and a hash of the id ('~' is always
+    escaped, so a short name never looks like a long one).
+    """
+    escaped = UNSAFE_PATH_CHARS.sub(
+        lambda m: "".join(f"%{byte:02X}" for byte in m.group(0).encode("utf-8", "surrogatepass")), table_id
+    )
+    if len(escaped) <= MAX_FOLDER_NAME:
+        return escaped
+    digest = hashlib.sha256(table_id.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+    return f"{escaped[: MAX_FOLDER_NAME - 25]}~{digest}"
+
+
+def _folder(name: str, what: str) -> str:
+    """``name`` as one path segment below the warehouse: never empty, '.', '..', a nested path or a NUL."""
+    if not name or name in (".", "..") or any(c in name for c in "/\\\x00"):
+        raise ValueError(f"{what} {name!r} cannot be a folder name under the warehouse")
+    return name
 
 
 @dataclass(frozen=True)
 class PipelinePaths:
     warehouse: str
     pipeline: str
+
+    def __post_init__(self):
+        _folder(self.pipeline, "pipeline")
 
     @property
     def root(self) -> Path:
@@ -70,7 +95,7 @@ class PipelinePaths:
         return self.version_dir(version) / "tables" / table_folder_name(table_id)
 
     def run_dir(self, run_id: str) -> Path:
-        return self.root / "runs" / run_id
+        return self.root / "runs" / _folder(run_id, "run id")
 
     def run_file(self, run_id: str, name: str) -> Path:
         return self.run_dir(run_id) / name

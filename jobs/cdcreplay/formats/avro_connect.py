@@ -1,11 +1,12 @@
-"""Avro written by Confluent's AvroConverter -> the text Kafka Connect's JsonConverter writes for the same record.
+"""Avro written by Confluent's AvroConverter -> the value Kafka Connect's JsonConverter writes for the same record.
 
 AvroConverter keeps the Connect schema in the Avro schema: ``connect.name`` (the semantic type, e.g.
 ``io.debezium.time.Date``), ``connect.parameters`` (e.g. a Decimal's ``scale``), ``connect.type`` (int8/int16 stored
 as Avro int) and Avro logical types (decimal, date, time-*, timestamp-*). Reading those back gives the Connect
 schema and value; rendering them as JsonConverter does (``{"schema": ..., "payload": ...}``, Decimal as base64 of the
 unscaled two's complement, Date as days, Time/Timestamp as milliseconds, bytes as base64) lets one envelope decoder
-serve both wires, with no second copy of the type rules.
+(``debezium_events``) serve both wires, with no second copy of the type rules. The values are handed over as Python
+objects; the text is only rendered where a message is recorded as it was (transaction and heartbeat details).
 """
 
 from __future__ import annotations
@@ -205,11 +206,16 @@ class ConnectRenderer:
     def __init__(self, schema):
         self.schema = schema
         self.named = named_types(schema)
-        self.schema_text = _compact(connect_schema(schema, self.named))
+        self.connect_schema = connect_schema(schema, self.named)
+        self.schema_text = _compact(self.connect_schema)
+
+    def value(self, record):
+        """The Connect value of a decoded record, as JsonConverter's payload would parse back."""
+        return connect_value(self.schema, record, self.named)
 
     def payload(self, record) -> str:
-        """The bare payload text (how a key is handed to the envelope decoder)."""
-        return _compact(connect_value(self.schema, record, self.named))
+        """The bare payload text."""
+        return _compact(self.value(record))
 
     def envelope(self, record) -> str:
         """``{"schema": ..., "payload": ...}`` text of a decoded record, as JsonConverter writes it."""

@@ -1,7 +1,8 @@
 """Alibaba DTS "Canal Json" and open-source Canal messages (formats.md section a1).
 
 One message carries one or more row changes of one table: ``data[i]`` pairs with ``old[i]``. All values are JSON
-strings (or null) and their types come from ``mysqlType``. Native Spark throughout.
+strings (or null) and their types come from ``mysqlType``. Decoded in Python (``python_rows``): one json.loads per
+message, no per-value Spark lambdas.
 
 Layouts (option ``legacy_swapped``, per source):
   true   legacy DTS instances (created before 2022-03-20 and not restarted since): `old` holds an UPDATE's after
@@ -16,33 +17,31 @@ Layouts (option ``legacy_swapped``, per source):
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
+import base64
+import json
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from functools import partial
+
+from pyspark.sql import DataFrame
 
 from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
-from cdcreplay.formats.common import (
-    KIND_CHANGE,
-    TEXT_MAP,
-    control,
-    decimal_positions,
-    entry,
-    finish,
-    quarantine,
-    single,
-    text_payload,
-    unreadable_json,
+from cdcreplay.formats.python_rows import (
+    DecodeError,
+    RawRecord,
+    change,
+    control_entry,
+    decode_with_python,
+    position,
+    quarantine_entry,
+    truncate,
 )
-from cdcreplay.formats.configured_types import configured_keys, table_id_of
-from cdcreplay.value_types import mysql_type_to_spark, safe_timestamp_millis
+from cdcreplay.formats.routing import table_id_of
+from cdcreplay.value_types import mysql_type_name_to_spark
 
 FORMAT_ID = "canal-json"
 
-VALUE_SCHEMA = (
-    "data array<map<string,string>>, old array<map<string,string>>, database string, table string, type string, "
-    "isDdl boolean, pkNames array<string>, mysqlType map<string,string>, sql string, es bigint, ts bigint, id bigint, "
-    "_corrupt_record string"
-)
 ROW_TYPES = {"INSERT": S.OP_INSERT, "UPDATE": S.OP_UPDATE, "DELETE": S.OP_DELETE, "INIT": S.OP_SNAPSHOT}
 # Open-source Canal's DDL event types; DTS uses "DDL". TRUNCATE also empties the table.
 DDL_TYPES = ("DDL", "CREATE", "ALTER", "ERASE", "QUERY", "RENAME", "CINDEX", "DINDEX", "INIT_DDL", "TRUNCATE")
@@ -53,16 +52,8 @@ LEGACY_DELETE_NOTE = (
     "2022-03-20); declare options.legacy_swapped for this source: true also reads its UPDATEs right, false quarantines "
     "such DELETEs"
 )
-
-
-def _binary_as_base64(image: Column, spark_types: Column) -> Column:
-    """Canal prints binary columns as ISO-8859-1 text of the bytes; canonical binary text is base64."""
-    return F.transform_values(
-        image,
-        lambda column, value: F.when(
-            spark_types[column] == "binary", F.base64(F.encode(value, "ISO-8859-1"))
-        ).otherwise(value),
-    )
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+INT64 = (-(2**63), 2**63 - 1)
 
 
 def layout_of(pipeline: PipelineConfig) -> str:
@@ -73,118 +64,184 @@ def layout_of(pipeline: PipelineConfig) -> str:
     return LAYOUT_LEGACY if declared else LAYOUT_OPEN_SOURCE
 
 
-def _row_entries(m: Column, layout: str, pipeline: PipelineConfig) -> Column:
+# --- the message's fields, typed as the format defines them; a field of another type makes the message unreadable -
+
+
+class _Malformed(ValueError):
+    pass
+
+
+def _text(value) -> str | None:
+    """A JSON value as text: strings as they are, numbers as written, objects/arrays as compact JSON."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | Decimal):
+        return str(value)
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def _bigint(message: dict, name: str) -> int | None:
+    value = message.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not INT64[0] <= value <= INT64[1]:
+        raise _Malformed(name)
+    return value
+
+
+def _text_map(value, name: str) -> dict[str, str | None] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _Malformed(name)
+    return {column: _text(v) for column, v in value.items()}
+
+
+def _rows(message: dict, name: str) -> list | None:
+    value = message.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise _Malformed(name)
+    return [_text_map(row, name) for row in value]
+
+
+def _event_time(millis: int | None) -> datetime | None:
+    if millis is None:
+        return None
+    try:
+        moment = EPOCH + timedelta(milliseconds=millis)
+    except OverflowError:
+        return None
+    return moment if moment.year >= 1 else None
+
+
+def _binary_as_base64(row: dict | None, spark_types: dict[str, str]) -> dict | None:
+    """Canal prints binary columns as ISO-8859-1 text of the bytes; canonical binary text is base64."""
+    if row is None:
+        return None
+    return {
+        column: base64.b64encode(value.encode("latin-1", errors="replace")).decode("ascii")
+        if value is not None and spark_types.get(column) == "binary"
+        else value
+        for column, value in row.items()
+    }
+
+
+def _at(rows: list | None, index: int):
+    return rows[index] if rows is not None and index < len(rows) else None
+
+
+def _row_entries(message: dict, row_op: str, layout: str, key_columns: list[str], common: dict) -> list[dict]:
     """One changelog entry per element of `data` (or of `old`, for legacy DTS layouts); two for a key change."""
-    # Computed once per message by decode(): referenced inside the per-row lambda they would be re-evaluated per
-    # row and per use (no common-subexpression elimination inside higher-order functions).
-    key_columns, spark_types = F.col("key_columns"), F.col("spark_types")
-    row_op = F.element_at(F.create_map(*[F.lit(x) for kv in ROW_TYPES.items() for x in kv]), F.upper(m["type"]))
-    is_update = row_op == S.OP_UPDATE
-    is_delete = row_op == S.OP_DELETE
-    legacy_delete = is_delete & m["data"].isNull() & m["old"].isNotNull()
+    data, old = _rows(message, "data"), _rows(message, "old")
+    spark_types = common["column_types"]
+    is_update, is_delete = row_op == S.OP_UPDATE, row_op == S.OP_DELETE
+    legacy_delete = is_delete and data is None and old is not None
     if layout == LAYOUT_LEGACY:
         # Legacy DTS instances swap the arrays: `old` holds the after image of an update and the deleted row of a
         # delete, `data` the update's before image. Where an INSERT's row sits is not documented: `data`, else `old`.
-        rows = F.when(is_update | is_delete, m["old"]).otherwise(F.coalesce(m["data"], m["old"]))
+        rows = old if is_update or is_delete else (data if data is not None else old)
     elif layout == LAYOUT_UNDECLARED:
-        # The one shape only the legacy layout produces; read it that way (the caller adds a note for the summary).
-        rows = F.when(legacy_delete, m["old"]).otherwise(m["data"])
+        # The one shape only the legacy layout produces; read it that way (a note row tells the run summary).
+        rows = old if legacy_delete else data
     else:
-        rows = m["data"]
-    count = F.size(F.coalesce(rows, F.array().cast("array<map<string,string>>")))
-
-    def one_row(index: Column) -> Column:
-        row = _binary_as_base64(rows[index], spark_types)
-        if layout == LAYOUT_LEGACY:
-            before = F.when(is_update, _binary_as_base64(m["data"][index], spark_types)).when(is_delete, row)
-        else:
-            # `old[i]` holds only the changed columns' previous values: before = data[i] overlaid with old[i].
-            # A column present in `old` with null means "was NULL"; absent means "unchanged" (test presence).
-            changed = _binary_as_base64(F.coalesce(m["old"][index], F.create_map().cast(TEXT_MAP)), spark_types)
-            before = F.when(is_update, F.map_concat(row, changed)).when(is_delete, row)
-        common = {
-            "record_kind": F.lit(KIND_CHANGE),
-            "source_db": m["database"],
-            "source_table": m["table"],
-            "key_columns": m["pkNames"],
-            "before": before,
-            "column_types": spark_types,
-            "position": decimal_positions(m["es"], m["id"]),
-            "event_time": safe_timestamp_millis(m["es"]),
-            "row_index": index,
-        }
-        change = entry(op=row_op, key_image=row, after=F.when(~is_delete, row), **common)
-        # An UPDATE of a primary-key column moves the row: Canal sends one UPDATE whose before image has the old key.
-        # The old key is deleted, else it would stay live next to the new one.
-        key_values = F.transform(key_columns, lambda c: row[c])
-        moved = is_update & F.coalesce(key_values != F.transform(key_columns, lambda c: before[c]), F.lit(False))
-        delete_old = entry(op=F.lit(S.OP_DELETE), key_image=before, **common)
-        return F.when(moved, F.array(delete_old, change)).otherwise(F.array(change))
-
-    no_rows_detail = F.concat(
-        F.lit("type "),
-        m["type"],
-        F.lit(" message without rows in data"),
-        F.when(
-            legacy_delete,
-            F.lit(
+        rows = data
+    if not rows:
+        detail = f"type {message.get('type')} message without rows in data"
+        if legacy_delete:
+            detail += (
                 " (its row is in `old`: the legacy DTS layout of instances created before 2022-03-20; "
                 "set options.legacy_swapped: true for this source)"
-            ),
-        ).otherwise(F.lit("")),
-    )
-    rows_entries = F.when(count > 0, F.flatten(F.transform(F.sequence(F.lit(0), count - 1), one_row))).otherwise(
-        single(quarantine(S.REASON_MISSING_IMAGE, no_rows_detail))
-    )
-    if layout != LAYOUT_UNDECLARED:
-        return rows_entries
-    note = control(S.CONTROL_NOTE, LEGACY_DELETE_NOTE, source_db=m["database"], source_table=m["table"])
-    return F.when(legacy_delete, F.concat(rows_entries, single(note))).otherwise(rows_entries)
+            )
+        return [quarantine_entry(S.REASON_MISSING_IMAGE, detail)]
+
+    entries = []
+    for index, raw_row in enumerate(rows):
+        row = _binary_as_base64(raw_row, spark_types)
+        if is_delete:
+            before = row
+        elif not is_update:
+            before = None
+        elif layout == LAYOUT_LEGACY:
+            before = _binary_as_base64(_at(data, index), spark_types)
+        else:
+            # `old[i]` holds only the changed columns' previous values: before = data[i] overlaid with old[i].
+            # A column present in `old` with null means "was NULL"; absent means "unchanged".
+            before = None if row is None else {**row, **(_binary_as_base64(_at(old, index), spark_types) or {})}
+        entry = change(row_op, after=None if is_delete else row, before=before, row_index=index, **common)
+        # An UPDATE of a primary-key column moves the row: Canal sends one UPDATE whose before image has the old
+        # key. The old key is deleted, else it would stay live next to the new one.
+        moved = (
+            is_update
+            and row is not None
+            and before is not None
+            and [row.get(c) for c in key_columns] != [before.get(c) for c in key_columns]
+        )
+        if moved:
+            entries.append(change(S.OP_DELETE, after=None, before=before, row_index=index, **common))
+        entries.append(entry)
+    if layout == LAYOUT_UNDECLARED and legacy_delete:
+        entries.append(control_entry(S.CONTROL_NOTE, LEGACY_DELETE_NOTE, db=common["db"], table=common["table"]))
+    return entries
+
+
+def decode_record(layout: str, configured_keys: dict[str, list[str]], record: RawRecord) -> list[dict]:
+    try:
+        text = record.value.decode("utf-8")
+    except UnicodeDecodeError:
+        raise DecodeError(S.REASON_NOT_UTF8, "payload is not valid UTF-8 text") from None
+    not_json = DecodeError(S.REASON_NOT_JSON, f"payload is not a JSON object: {text[:120]}")
+    try:
+        message = json.loads(text, parse_float=Decimal)
+    except ValueError:
+        raise not_json from None
+    if not isinstance(message, dict):
+        raise not_json
+    try:
+        return _message_entries(message, layout, configured_keys)
+    except _Malformed:
+        raise not_json from None
+
+
+def _message_entries(message: dict, layout: str, configured_keys: dict[str, list[str]]) -> list[dict]:
+    db, table = _text(message.get("database")), _text(message.get("table"))
+    es, message_id = _bigint(message, "es"), _bigint(message, "id")
+    _bigint(message, "ts")
+    is_ddl = message.get("isDdl")
+    if is_ddl is not None and not isinstance(is_ddl, bool):
+        raise _Malformed("isDdl")
+    pk_names = message.get("pkNames")
+    if pk_names is not None and not isinstance(pk_names, list):
+        raise _Malformed("pkNames")
+    pk_names = None if pk_names is None else [_text(c) for c in pk_names]
+    mysql_types = _text_map(message.get("mysqlType"), "mysqlType") or {}
+    message_type = _text(message.get("type"))
+    kind = message_type.upper() if message_type is not None else None
+    where = {"position": position(es, message_id), "event_time": _event_time(es)}
+
+    if kind == "TRUNCATE":
+        return [truncate(db=db, table=table, **where)]
+    if is_ddl or kind in DDL_TYPES:
+        # DDL is recorded, never applied: the latest-state schema follows the row images' declared types.
+        return [control_entry(S.CONTROL_DDL_KIND, _text(message.get("sql")), db=db, table=table)]
+    if kind not in ROW_TYPES:
+        return [
+            quarantine_entry(
+                S.REASON_UNKNOWN_OP,
+                f"type '{message_type if message_type is not None else 'null'}' is not INSERT, UPDATE, DELETE, "
+                "INIT or DDL",
+            )
+        ]
+    # The key columns as routing will settle them: the configured primary key wins over the message's pkNames.
+    key_columns = configured_keys.get(table_id_of(db, None, table)) or pk_names or []
+    spark_types = {column: mysql_type_name_to_spark(t) for column, t in mysql_types.items() if t is not None}
+    common = {"db": db, "table": table, "key_columns": pk_names, "column_types": spark_types, **where}
+    return _row_entries(message, ROW_TYPES[kind], layout, key_columns, common)
 
 
 def decode(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
-    layout = layout_of(pipeline)
-    text = text_payload(F.col("value"))
-    parsed = F.from_json(text, VALUE_SCHEMA, {"columnNameOfCorruptRecord": "_corrupt_record", "mode": "PERMISSIVE"})
-    staged = records.select("*", text.alias("text"), parsed.alias("m"))
-    m = F.col("m")
-    # The key columns as finish() will settle them: the configured primary key wins over the message's pkNames.
-    table_id = table_id_of(m["database"], F.lit(None).cast("string"), m["table"])
-    staged = staged.select(
-        "*",
-        F.coalesce(configured_keys(pipeline)[table_id], m["pkNames"], F.array().cast("array<string>")).alias(
-            "key_columns"
-        ),
-        F.transform_values(
-            F.coalesce(m["mysqlType"], F.create_map().cast(TEXT_MAP)), lambda _c, t: mysql_type_to_spark(t)
-        ).alias("spark_types"),
-    )
-    message_type = F.upper(m["type"])
-    identity = {"source_db": m["database"], "source_table": m["table"]}
-    truncate = entry(
-        record_kind=F.lit(KIND_CHANGE),
-        op=F.lit(S.OP_TRUNCATE),
-        position=decimal_positions(m["es"], m["id"]),
-        event_time=safe_timestamp_millis(m["es"]),
-        **identity,
-    )
-    entries = (
-        unreadable_json(text, m)
-        .when(message_type == "TRUNCATE", single(truncate))
-        # DDL is recorded, never applied: the latest-state schema follows the row images' declared types.
-        .when(m["isDdl"] | message_type.isin(*DDL_TYPES), single(control(S.CONTROL_DDL_KIND, m["sql"], **identity)))
-        .when(message_type.isin(*ROW_TYPES), _row_entries(m, layout, pipeline))
-        .otherwise(
-            single(
-                quarantine(
-                    S.REASON_UNKNOWN_OP,
-                    F.concat(
-                        F.lit("type '"),
-                        F.coalesce(m["type"], F.lit("null")),
-                        F.lit("' is not INSERT, UPDATE, DELETE, INIT or DDL"),
-                    ),
-                )
-            )
-        )
-    )
-    return finish(staged, entries, pipeline)
+    keys = {tid: list(t.primary_key) for tid, t in pipeline.tables.items() if t.primary_key}
+    return decode_with_python(records, partial(decode_record, layout_of(pipeline), keys), pipeline)

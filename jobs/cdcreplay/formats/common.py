@@ -2,8 +2,9 @@
 
 A format module reads raw Kafka records and, for each record, builds ``entries``: an array of ENTRY structs (one per
 row-change; exactly one for a control message or a quarantined record). ``finish`` then does what is the same for
-every format -- explode, table identity, key override from config, key text, type overrides, value validation, and
-routing each entry to the changelog, the control log or the quarantine with its reason.
+every format (``formats.routing``, in Python over Arrow batches) -- table identity, key override from config, key
+text, type overrides, value validation, and routing each entry to the changelog, the control log or the quarantine
+with its reason.
 """
 
 from __future__ import annotations
@@ -13,12 +14,20 @@ from pyspark.sql import functions as F
 
 from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
-from cdcreplay.formats.configured_types import configured_keys, configured_types, table_id_of
-from cdcreplay.value_types import invalid_columns
+from cdcreplay.formats.routing import (  # the record kinds are defined with the routing; decoders import them here
+    KIND_CHANGE as KIND_CHANGE,
+)
+from cdcreplay.formats.routing import (
+    KIND_CONTROL,
+    KIND_QUARANTINE,
+    Routing,
+    decoded_arrow_schema,
+    decoded_batch,
+    entry_from_arrow,
+    route,
+)
 
-KIND_CHANGE = "changelog"
-KIND_CONTROL = "control"
-KIND_QUARANTINE = "quarantine"
+RECORD_COLUMNS = ("topic", "partition", "offset", "timestamp", "key", "value")
 
 TEXT_MAP = "map<string,string>"
 ENTRY_DDL = (
@@ -99,113 +108,14 @@ def decimal_positions(*parts: Column) -> Column:
 
 
 def finish(records: DataFrame, entries: Column, pipeline: PipelineConfig) -> DataFrame:
-    """Records (raw columns) + their entries -> decoded rows with DECODED_DDL columns."""
-    exploded = records.select(
-        "topic", "partition", "offset", "timestamp", "key", "value", F.posexplode(entries).alias("entry_index", "e")
-    )
-    e = F.col("e")
-    # An empty identity part (Debezium sends schema "" for MySQL-like sources, table "" for messages) is absent.
-    table_id = table_id_of(e["source_db"], e["source_schema"], e["source_table"])
-    key_columns = e["key_columns"]
-    column_types = F.coalesce(e["column_types"], F.create_map().cast(TEXT_MAP))
-    if any(t.primary_key for t in pipeline.tables.values()):
-        key_columns = F.coalesce(configured_keys(pipeline)[table_id], key_columns)
-    if any(t.column_types for t in pipeline.tables.values()):
-        # Configured types win over what the message declares (map_concat keeps the last duplicate: LAST_WIN).
-        column_types = F.map_concat(
-            column_types, F.coalesce(configured_types(pipeline)[table_id], F.create_map().cast(TEXT_MAP))
-        )
+    """Records (raw columns) + their entries -> decoded rows with DECODED_DDL columns (``formats.routing``)."""
+    exploded = records.select(*RECORD_COLUMNS, F.explode(entries).alias("e"))
+    routing = Routing.of(pipeline)
+    arrow_schema = decoded_arrow_schema()  # on the driver: parsing the DDL needs the Spark session
 
-    key_values = F.transform(key_columns, lambda c: e["key_image"][c])
-    key_text = F.when((F.size(key_columns) > 0) & F.forall(key_values, lambda v: v.isNotNull()), F.to_json(key_values))
+    def run(batches):
+        for batch in batches:
+            rows = [route(entry_from_arrow(e), routing) for e in batch.column("e").to_pylist()]
+            yield decoded_batch(batch, list(range(batch.num_rows)), rows, arrow_schema)
 
-    staged = exploded.select(
-        "topic",
-        "partition",
-        "offset",
-        "timestamp",
-        "key",
-        "value",
-        e.alias("e"),
-        table_id.alias("table_id"),
-        key_columns.alias("key_columns"),
-        column_types.alias("column_types"),
-        key_text.alias("key_text"),
-    )
-    e = F.col("e")
-    empty = F.create_map().cast(TEXT_MAP)
-    staged = staged.select(
-        "*",
-        F.array_distinct(
-            F.concat(
-                invalid_columns(F.coalesce(e["after"], empty), F.col("column_types")),
-                invalid_columns(F.coalesce(e["before"], empty), F.col("column_types")),
-            )
-        ).alias("bad_columns"),
-    )
-    is_change = e["record_kind"] == KIND_CHANGE
-    row_op = e["op"].isin(*S.ROW_OPS)
-    bad_columns = F.col("bad_columns")
-
-    # Row-changes that cannot be applied become quarantine rows here, for every format alike.
-    reason = (
-        F.when(~is_change, e["reason"])
-        .when(F.col("table_id").isNull(), F.lit(S.REASON_MISSING_TABLE))
-        .when(row_op & F.col("key_text").isNull(), F.lit(S.REASON_MISSING_KEY))
-        .when(
-            e["op"].isin(S.OP_SNAPSHOT, S.OP_INSERT, S.OP_UPDATE) & e["after"].isNull(), F.lit(S.REASON_MISSING_IMAGE)
-        )
-        .when(F.size(bad_columns) > 0, F.lit(S.REASON_BAD_VALUE))
-    )
-    detail = (
-        F.when(~is_change, e["detail"])
-        .when(F.col("table_id").isNull(), F.lit("the message names no table"))
-        .when(
-            row_op & F.col("key_text").isNull(),
-            F.concat(
-                F.lit("no primary key value for table "),
-                F.col("table_id"),
-                F.lit(" (key columns: "),
-                F.coalesce(F.array_join(F.col("key_columns"), ","), F.lit("none")),
-                F.lit("); declare tables.<table>.primary_key in the pipeline config if the message has none"),
-            ),
-        )
-        .when(
-            e["op"].isin(S.OP_SNAPSHOT, S.OP_INSERT, S.OP_UPDATE) & e["after"].isNull(),
-            F.concat(F.lit("operation "), e["op"], F.lit(" without an after image")),
-        )
-        .when(
-            F.size(bad_columns) > 0,
-            F.concat(F.lit("value does not match its declared type in column(s): "), F.array_join(bad_columns, ", ")),
-        )
-        # A change row keeps its entry's detail as provenance (e.g. Debezium's __debezium.newkey/oldkey headers).
-        .otherwise(e["detail"])
-    )
-    record_kind = F.when(reason.isNotNull(), F.lit(KIND_QUARANTINE)).otherwise(e["record_kind"])
-    quarantined = record_kind == KIND_QUARANTINE
-    return staged.select(
-        F.col("table_id"),
-        e["source_db"].alias("source_db"),
-        e["source_schema"].alias("source_schema"),
-        e["source_table"].alias("source_table"),
-        e["op"].alias("op"),
-        F.col("key_text").alias("key"),
-        F.col("key_columns"),
-        e["after"].alias("after"),
-        e["before"].alias("before"),
-        F.col("column_types"),
-        e["position"].alias("position"),
-        e["event_time"].alias("event_time"),
-        F.col("topic"),
-        F.col("partition"),
-        F.col("offset"),
-        F.coalesce(e["row_index"], F.lit(0)).alias("row_index"),
-        F.lit(pipeline.format).alias("format"),
-        F.col("timestamp"),
-        record_kind.alias("record_kind"),
-        e["control_kind"].alias("control_kind"),
-        reason.alias("reason"),
-        detail.alias("detail"),
-        F.when(quarantined, F.col("key")).alias("raw_key"),
-        F.when(quarantined, F.col("value")).alias("raw_value"),
-    )
+    return exploded.mapInArrow(run, DECODED_DDL)

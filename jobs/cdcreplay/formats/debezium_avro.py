@@ -6,40 +6,32 @@ writer schemas come from the pipeline options: ``schema_registry_dir`` (a folder
 holds them, of objects with ``id`` and ``schema``). A value whose schema id is in neither is quarantined
 (``unknown_schema``) with the id named; bytes that do not decode are ``bad_avro``.
 
-Design: Python (fastavro, through ``avro_wire``) decodes the Avro and renders the record as the text JsonConverter
-would have written (``avro_connect``); the native envelope decoder of ``debezium_envelope`` does the rest. So op
-mapping, snapshot markers, positions and type conversion exist once, for both Debezium wires.
+Design: Python (fastavro, through ``avro_wire``) decodes the Avro and turns the record into the Connect value
+JsonConverter would have written (``avro_connect``); the envelope logic of ``debezium_events`` does the rest, on that
+value directly. So op mapping, snapshot markers, positions and type conversion exist once, for both Debezium wires.
 """
 
 from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Iterator
 from dataclasses import dataclass, field
+from decimal import Decimal
 from functools import lru_cache
 from pathlib import Path
 
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
 from cdcreplay.formats.avro_connect import ConnectRenderer
 from cdcreplay.formats.avro_wire import AvroWire
-from cdcreplay.formats.debezium_envelope import decode_envelopes
-from cdcreplay.formats.python_rows import DecodeError
+from cdcreplay.formats.debezium_events import SchemaInfo, event_entries, schema_info
+from cdcreplay.formats.python_rows import DecodeError, RawRecord, decode_with_python
 
 FORMAT_ID = "debezium-avro"
 OPTION_REGISTRY_DIR = "schema_registry_dir"
 OPTION_REGISTRY_EXPORT = "schema_registry_export"
-MAX_DETAIL = 500
-PASSED_THROUGH = ("topic", "partition", "offset", "timestamp", "key", "value", "headers")
-OUTPUT_DDL = (
-    "topic string, partition int, offset bigint, timestamp timestamp, key binary, value binary, "
-    "headers array<struct<key: string, value: binary>>, value_json string, key_json string, "
-    "wire_reason string, wire_detail string"
-)
 
 
 class RegistryExportError(ValueError):
@@ -135,26 +127,6 @@ class ConfluentSchemas:
         return found
 
 
-def _convert(schemas: ConfluentSchemas, key: bytes | None, value: bytes | None) -> tuple:
-    """(value JSON, key JSON, reason, detail) of one record; a tombstone passes through untouched."""
-    if value is None or len(value) == 0:
-        return None, None, None, None
-    try:
-        schema, record = schemas.decode(value)
-        value_json = schemas.renderer(schema).envelope(record)
-        key_json = None
-        if key is not None and len(key) >= 5 and key[0] == 0:
-            key_schema, key_record = schemas.decode(key)
-            key_json = schemas.renderer(key_schema).payload(key_record)
-        elif key is not None:
-            key_json = key.decode("utf-8", errors="strict")  # a JSON (or string) key beside Avro values
-        return value_json, key_json, None, None
-    except DecodeError as error:
-        return None, None, error.reason, str(error)[:MAX_DETAIL]
-    except Exception as error:  # never a crashed run: the record is quarantined with what went wrong
-        return None, None, S.REASON_DECODE_ERROR, f"{type(error).__name__}: {error}"[:MAX_DETAIL]
-
-
 def schemas_for(pipeline: PipelineConfig) -> ConfluentSchemas:
     export_path = pipeline.options.get(OPTION_REGISTRY_EXPORT)
     return ConfluentSchemas(
@@ -164,31 +136,40 @@ def schemas_for(pipeline: PipelineConfig) -> ConfluentSchemas:
     )
 
 
-def avro_to_json(records: DataFrame, schemas: ConfluentSchemas) -> DataFrame:
-    """Records plus the JsonConverter text of their value and key (or the reason they could not be read)."""
+def _renderer_info(schemas: ConfluentSchemas, schema) -> tuple[ConnectRenderer, SchemaInfo]:
+    """The renderer of a writer schema and the SchemaInfo of its Connect schema, both computed once per schema."""
+    renderer = schemas.renderer(schema)
+    info = getattr(renderer, "envelope_info", None)
+    if info is None:
+        info = renderer.envelope_info = schema_info(renderer.connect_schema)
+    return renderer, info
 
-    def run(batches: Iterator) -> Iterator:
-        import pyarrow as pa
 
-        for batch in batches:
-            keys, values = batch.column("key").to_pylist(), batch.column("value").to_pylist()
-            converted = [_convert(schemas, key, value) for key, value in zip(keys, values, strict=True)]
-            columns = list(zip(*converted, strict=True)) if converted else [[], [], [], []]
-            yield pa.RecordBatch.from_arrays(
-                [batch.column(name) for name in PASSED_THROUGH] + [pa.array(list(c), pa.string()) for c in columns],
-                names=[*PASSED_THROUGH, "value_json", "key_json", "wire_reason", "wire_detail"],
-            )
+def _key_value(schemas: ConfluentSchemas, key: bytes | None):
+    if key is not None and len(key) >= 5 and key[0] == 0:
+        key_schema, key_record = schemas.decode(key)
+        return schemas.renderer(key_schema).value(key_record)
+    if key is not None:
+        text = key.decode("utf-8", errors="strict")  # a JSON (or string) key beside Avro values
+        try:
+            return json.loads(text, parse_float=Decimal)
+        except ValueError:
+            return None
+    return None
 
-    return records.select(*PASSED_THROUGH).mapInArrow(run, OUTPUT_DDL)
+
+def decoder(schemas: ConfluentSchemas):
+    """``decode_record`` of this pipeline's schemas: a record -> entries through the shared envelope logic."""
+
+    def decode_record(record: RawRecord) -> list[dict]:
+        schema, value = schemas.decode(record.value)
+        renderer, info = _renderer_info(schemas, schema)
+        key = _key_value(schemas, record.key)
+        envelope = {"payload": renderer.value(value)}
+        return event_entries(envelope, key, record, lambda: renderer.envelope(value), info)
+
+    return decode_record
 
 
 def decode(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
-    converted = avro_to_json(records, schemas_for(pipeline))
-    return decode_envelopes(
-        converted,
-        F.col("value_json"),
-        F.col("key_json"),
-        pipeline,
-        wire_reason=F.col("wire_reason"),
-        wire_detail=F.col("wire_detail"),
-    )
+    return decode_with_python(records, decoder(schemas_for(pipeline)), pipeline)

@@ -1,22 +1,100 @@
 """Debezium change events serialized by Kafka Connect's JsonConverter, with or without schemas (formats.md e).
 
-The Kafka value is the JSON text itself; everything else -- op mapping, snapshot markers, connector positions, type
-conversion, MongoDB documents -- is the shared envelope logic of ``debezium_envelope`` (native Spark throughout).
+The Kafka value is the JSON text itself; it is parsed in Python (numbers keep their JSON token text) and handed to
+the shared envelope logic of ``debezium_events``: op mapping, snapshot markers, connector positions, type
+conversion, MongoDB documents.
+
+Every message of a topic repeats the same Connect schema. JsonConverter writes ``{"schema":...,"payload":...}``, so
+the schema's text is cut out without parsing and its SchemaInfo is looked up by that text: only the payload is parsed
+per record. Any other layout is parsed whole.
 """
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
+import json
+from decimal import Decimal
 
+from pyspark.sql import DataFrame
+
+from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
-from cdcreplay.formats.common import text_payload
-from cdcreplay.formats.debezium_envelope import canonical_value, decimal_from_base64, decode_envelopes
+from cdcreplay.formats.debezium_events import SchemaInfo, event_entries, schema_info
+from cdcreplay.formats.python_rows import DecodeError, RawRecord, decode_with_python
 
 FORMAT_ID = "debezium-json"
+MAX_CACHED_SCHEMAS = 1024
+# (start of a wrapped value, separator before the payload): JsonConverter's compact text, and json.dumps' default.
+LAYOUTS = (('{"schema":', ',"payload":'), ('{"schema": ', ', "payload": '))
 
-__all__ = ["FORMAT_ID", "canonical_value", "decimal_from_base64", "decode"]
+_schemas: dict[str, SchemaInfo] = {}
+_loads = json.JSONDecoder(parse_float=Decimal).decode
+
+
+def _cached_schema(schema_text: str) -> SchemaInfo | None:
+    """SchemaInfo of a schema's JSON text, or None when the text is not one complete JSON value."""
+    found = _schemas.get(schema_text)
+    if found is None:
+        try:
+            schema = _loads(schema_text)
+        except ValueError:
+            return None
+        if len(_schemas) >= MAX_CACHED_SCHEMAS:
+            _schemas.clear()
+        found = _schemas[schema_text] = schema_info(schema)
+    return found
+
+
+def _split_wrapped(text: str) -> tuple[dict, SchemaInfo] | None:
+    """({"payload": payload}, SchemaInfo) of ``{"schema": S, "payload": P}`` text, or None for any other layout.
+
+    Sound without parsing S each time: S is only cached once it parsed as one complete JSON value, and a complete
+    value followed by the separator is exactly the schema member; P must then parse up to the closing brace.
+    """
+    for start, separator in LAYOUTS:
+        if not text.startswith(start) or not text.endswith("}"):
+            continue
+        cut = text.find(separator, len(start))
+        if cut < 0:
+            continue
+        info = _cached_schema(text[len(start) : cut])
+        if info is None:
+            return None
+        try:
+            payload = _loads(text[cut + len(separator) : -1])
+        except ValueError:
+            return None
+        return {"payload": payload}, info
+    return None
+
+
+def _parse_key(key: bytes | None):
+    if key is None:
+        return None
+    try:
+        return _loads(key.decode("utf-8", errors="replace"))
+    except ValueError:
+        return None
+
+
+def decode_record(record: RawRecord) -> list[dict]:
+    try:
+        text = record.value.decode("utf-8")
+    except UnicodeDecodeError:
+        raise DecodeError(S.REASON_NOT_UTF8, "payload is not valid UTF-8 text") from None
+    split = _split_wrapped(text)
+    if split is not None:
+        value, info = split
+    else:
+        try:
+            value = _loads(text)
+        except ValueError:
+            value = None
+        info = None
+    return event_entries(value, _parse_key(record.key), record, lambda: text, info)
 
 
 def decode(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
-    return decode_envelopes(records, text_payload(F.col("value")), F.col("key").cast("string"), pipeline)
+    return decode_with_python(records, decode_record, pipeline)
+
+
+# Single values as SQL functions (checks and ad-hoc queries): the same conversions the decoder applies.

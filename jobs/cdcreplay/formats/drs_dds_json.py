@@ -54,6 +54,7 @@ from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
 from cdcreplay.formats.common import ENTRY_DDL, KIND_CHANGE, finish
 from cdcreplay.formats.drs_json import table_id_of
+from cdcreplay.formats.json_payload import json_object
 from cdcreplay.formats.mongo_shell import ShellSyntaxError, parse
 from cdcreplay.formats.mongo_update import UpdateError, apply_update, check_update
 from cdcreplay.formats.mongo_values import (
@@ -100,18 +101,32 @@ def _shell(text, field: str):
         raise DecodeError(S.REASON_SHELL_SYNTAX, f"`{field}`: {error}") from None
 
 
+# A position part is a decimal(38,0) in the changelog: a larger serial cannot be ordered, so it is not guessed at.
+MAX_POSITION_PART = 10**38 - 1
+
+
 def _position(message: dict) -> list:
     serial = message.get("id")
     if isinstance(serial, bool) or not isinstance(serial, int):
         raise DecodeError(S.REASON_DECODE_ERROR, f"`id` (DRS's event serial, the order) is not an integer: {serial!r}")
+    if abs(serial) > MAX_POSITION_PART:
+        raise DecodeError(S.REASON_DECODE_ERROR, f"`id` {serial} has more than 38 digits: it cannot order events")
     parts = [serial]
     cluster_time = message.get("clusterTime")
     if cluster_time is not None:
         seconds, _, increment = str(cluster_time).partition(":")
-        if not (seconds.isdigit() and increment.isdigit()):
+        if not (seconds.isdigit() and increment.isdigit() and max(len(seconds), len(increment)) <= 38):
             raise DecodeError(S.REASON_BAD_VALUE, f"clusterTime {cluster_time!r} is not seconds:increment")
         parts += [int(seconds), int(increment)]
     return [Decimal(part) for part in parts]
+
+
+def _name(message: dict, field: str) -> str | None:
+    """``db`` / ``coll``: text, or absent. Anything else names no collection."""
+    value = message.get(field)
+    if value is not None and not isinstance(value, str):
+        raise DecodeError(S.REASON_MISSING_TABLE, f"`{field}` is not a name but {type(value).__name__}")
+    return value
 
 
 def _event_time(message: dict) -> datetime | None:
@@ -134,18 +149,13 @@ def _id_of(document, field: str):
 
 def parse_message(record: RawRecord) -> list[dict]:
     """First pass: one DRS DDS message -> one event (or a control / quarantine entry)."""
-    try:
-        message = json.loads(record.value.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise DecodeError(S.REASON_NOT_UTF8, "payload is not valid UTF-8 text") from None
-    except json.JSONDecodeError as error:
-        raise DecodeError(S.REASON_NOT_JSON, f"payload is not JSON: {error}") from None
-    if not isinstance(message, dict):
-        raise DecodeError(S.REASON_NOT_JSON, "payload is not a JSON object")
+    message = json_object(record.value)
     op = str(message.get("op") or "").upper()
-    db, coll = message.get("db"), message.get("coll")
+    db, coll = _name(message, "db"), _name(message, "coll")
     if op == "DDL":
-        return [control_entry(S.CONTROL_DDL_KIND, message.get("value"), db=db, table=coll)]
+        statement = message.get("value")
+        detail = statement if statement is None or isinstance(statement, str) else json.dumps(statement)
+        return [control_entry(S.CONTROL_DDL_KIND, detail, db=db, table=coll)]
     if op not in ("INSERT", "UPDATE", "DELETE"):
         raise DecodeError(S.REASON_UNKNOWN_OP, f"op {message.get('op')!r} is not INSERT, UPDATE, DELETE or DDL")
     if not coll:

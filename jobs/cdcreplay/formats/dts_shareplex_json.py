@@ -98,8 +98,9 @@ def _normalized_op(op: Column) -> Column:
 
 
 def _position(meta: Column) -> Column:
+    # A transaction id without its three "a.b.c" parts leaves the missing parts NULL (get: no error past the end).
     trans = F.split(meta["trans"], r"\.")
-    return decimal_positions(meta["scn"], trans[0], trans[1], trans[2], meta["seq"])
+    return decimal_positions(meta["scn"], *(F.get(trans, i) for i in range(3)), meta["seq"])
 
 
 def decode(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:

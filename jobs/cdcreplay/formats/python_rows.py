@@ -3,8 +3,8 @@
 A format module writes one plain function ``decode_record(record: RawRecord) -> list[dict]`` that turns one Kafka
 record into entry dicts (the fields of ``formats.common.ENTRY_DDL``; build them with :func:`change`,
 :func:`control_entry` and :func:`quarantine_entry`), and hands it to :func:`decode_with_python`. That runs the function
-over Arrow batches with ``mapInArrow`` (one Python call per record, no per-row JVM round trip), then
-``formats.common.finish`` does what every format shares (table identity, key overrides, value validation, routing).
+over Arrow batches with ``mapInArrow`` (one Python call per record, no per-row JVM round trip), and in the same pass
+``formats.routing`` does what every format shares (table identity, key overrides, value validation, routing).
 
 The guarantee every format relies on: a record whose decoding raises is never lost and never crashes the run. It
 becomes one quarantine entry with reason ``decode_error`` and the exception text, and the run goes on.
@@ -19,11 +19,19 @@ from datetime import datetime
 from decimal import Decimal
 
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
-from cdcreplay.formats.common import ENTRY_DDL, KIND_CHANGE, KIND_CONTROL, KIND_QUARANTINE, finish
+from cdcreplay.formats.common import DECODED_DDL, ENTRY_DDL
+from cdcreplay.formats.routing import (
+    KIND_CHANGE,
+    KIND_CONTROL,
+    KIND_QUARANTINE,
+    Routing,
+    decoded_arrow_schema,
+    decoded_batch,
+    route,
+)
 
 RECORD_COLUMNS = ("topic", "partition", "offset", "timestamp", "key", "value", "headers")
 MAX_DETAIL = 500
@@ -141,43 +149,35 @@ def safe_decode(decode_record: Callable[[RawRecord], list[dict]], record: RawRec
 
 
 def _entry_arrow_type():
-    """The Arrow type of array<ENTRY>, derived from ENTRY_DDL so the two never drift apart."""
+    """The Arrow type of array<ENTRY>, derived from ENTRY_DDL so the two never drift apart (drs-dds-json folds
+    entries in Spark before routing them)."""
     from pyspark.sql.pandas.types import to_arrow_type
     from pyspark.sql.types import ArrayType
 
     return to_arrow_type(ArrayType(S.struct_type(ENTRY_DDL)), timezone="UTC")
 
 
-def _map_items(mapping: dict | None) -> list[tuple[str, str | None]] | None:
-    return None if mapping is None else list(mapping.items())
-
-
 def _arrow_entry(entry: dict) -> dict:
+    """An entry dict with its maps as lists of pairs, as pyarrow builds map values."""
     converted = dict(entry)
     for name in ("key_image", "after", "before", "column_types"):
-        if name in converted:
-            converted[name] = _map_items(converted[name])
+        if converted.get(name) is not None:
+            converted[name] = list(converted[name].items())
     return converted
 
 
 def decode_with_python(
     records: DataFrame, decode_record: Callable[[RawRecord], list[dict]], pipeline: PipelineConfig
 ) -> DataFrame:
-    """Raw records -> decoded rows (``formats.common.DECODED_DDL``), decoding each record with ``decode_record``."""
-    entry_struct = S.struct_type(ENTRY_DDL)
-    output_schema = (
-        "topic string, partition int, offset bigint, timestamp timestamp, key binary, value binary, "
-        f"entries array<{entry_struct.simpleString()}>"
-    )
-
-    arrow_entries = _entry_arrow_type()  # on the driver: parsing the DDL needs the Spark session
+    """Raw records -> decoded rows (``formats.common.DECODED_DDL``), decoding each record with ``decode_record``
+    and routing its entries (``formats.routing``) in the same pass over each Arrow batch."""
+    routing = Routing.of(pipeline)
+    arrow_schema = decoded_arrow_schema()  # on the driver: parsing the DDL needs the Spark session
 
     def run(batches: Iterator) -> Iterator:
-        import pyarrow as pa
-
         for batch in batches:
             columns = batch.to_pydict()
-            entries = []
+            record_rows, rows = [], []
             for index in range(batch.num_rows):
                 headers = tuple((h["key"], h["value"]) for h in columns["headers"][index] or ())
                 record = RawRecord(
@@ -189,11 +189,9 @@ def decode_with_python(
                     columns["value"][index],
                     headers,
                 )
-                entries.append([_arrow_entry(e) for e in safe_decode(decode_record, record)])
-            yield pa.RecordBatch.from_arrays(
-                [batch.column(name) for name in RECORD_COLUMNS[:-1]] + [pa.array(entries, type=arrow_entries)],
-                names=[*RECORD_COLUMNS[:-1], "entries"],
-            )
+                for entry in safe_decode(decode_record, record):
+                    record_rows.append(index)
+                    rows.append(route(entry, routing))
+            yield decoded_batch(batch, record_rows, rows, arrow_schema)
 
-    decoded = records.select(*RECORD_COLUMNS).mapInArrow(run, output_schema)
-    return finish(decoded, F.col("entries"), pipeline)
+    return records.select(*RECORD_COLUMNS).mapInArrow(run, DECODED_DDL)

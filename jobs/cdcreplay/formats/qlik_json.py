@@ -8,12 +8,11 @@ Semantics, metadata lookup and ordering: ``qlik_envelope``.
 
 from __future__ import annotations
 
-import json
-
 from pyspark.sql import Column, DataFrame
 
 from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
+from cdcreplay.formats.json_payload import json_object
 from cdcreplay.formats.python_rows import DecodeError, RawRecord
 from cdcreplay.formats.qlik_envelope import (
     ENVELOPE_MAGIC,
@@ -32,17 +31,7 @@ FORMAT_ID = "qlik-json"
 
 
 def _document(record: RawRecord) -> dict:
-    try:
-        text = record.value.decode("utf-8")
-    except UnicodeDecodeError:
-        raise DecodeError(S.REASON_NOT_UTF8, "payload is not valid UTF-8 text") from None
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError:
-        raise DecodeError(S.REASON_NOT_JSON, f"payload is not a JSON object: {text[:120]}") from None
-    if not isinstance(document, dict):
-        raise DecodeError(S.REASON_NOT_JSON, f"payload is not a JSON object: {text[:120]}")
-    return document
+    return json_object(record.value)
 
 
 def unwrap(document: dict) -> tuple[str, str | None, dict]:

@@ -1,0 +1,70 @@
+"""HTML of the reconciliation view: Jinja templates (autoescaped) and the filters they use. No web framework here."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from urllib.parse import quote, urlencode
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+
+from cdcreplay_ui.runs_index import DEFAULT_DIFF_STATUSES, FAILING_STATUSES, STATUS_COLUMNS, STATUSES
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+STATUS_LABELS = dict(STATUS_COLUMNS)
+LONG_VALUE = 120
+
+
+def _when(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value else "—"
+
+
+def _number(value) -> str:
+    return f"{int(value or 0):,}"
+
+
+def _show_value(value: str | None) -> str:
+    """A canonical text value as the diff stores it; NULL shown as such, very long values cut."""
+    if value is None:
+        return "NULL"
+    return value if len(value) <= LONG_VALUE else value[:LONG_VALUE] + "…"
+
+
+def diff_query(statuses, table_id: str | None) -> str:
+    """The query string of a diff page (repeatable ``status``, optional ``table``)."""
+    pairs = [("status", s) for s in statuses]
+    if table_id:
+        pairs.append(("table", table_id))
+    return urlencode(pairs)
+
+
+def _environment() -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(str(TEMPLATES)),
+        autoescape=select_autoescape(["html"]),
+        undefined=StrictUndefined,
+        lstrip_blocks=True,
+    )
+    env.filters.update(
+        when=_when,
+        number=_number,
+        show_value=_show_value,
+        status_label=lambda status: STATUS_LABELS.get(status, status),
+        urlquote=lambda text: quote(str(text), safe=""),
+        urlpath=lambda text: quote(str(text), safe="/"),
+    )
+    env.globals.update(
+        status_columns=STATUS_COLUMNS,
+        failing=FAILING_STATUSES,
+        default_statuses=tuple(DEFAULT_DIFF_STATUSES),
+        all_statuses=STATUSES,
+        query=diff_query,
+    )
+    return env
+
+
+ENVIRONMENT = _environment()
+
+
+def render(template: str, **context) -> str:
+    return ENVIRONMENT.get_template(template).render(**context)

@@ -1,0 +1,774 @@
+"""The reconciliation view (plugins/cdcreplay_ui): the reading module on its own, then the real thing in a browser.
+
+Fast tests build a warehouse by hand in the layout the jobs write and check what `runs_index` reads from it,
+including the refusal of every path that leads out of a run folder.
+
+The browser test runs the real DAG with `airflow dags test` (Spark local[*]) on simulated archives -- one pipeline
+with changes lost before its resync snapshot (reconciliation FAILs naming them) and bad records (quarantined), one
+clean -- then starts `airflow api-server` on 127.0.0.1 with this repository's plugins folder, logs in through
+Airflow's login page in headless Debian Chromium (Playwright, never `playwright install`), and checks what a person
+sees: the runs per pipeline and table, verdicts and counts, the diff rows, Data Docs and manifest behind the links,
+the menu entry, and the reconcile task's extra link. The screenshot goes to var/screenshots/reconciliation.png.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import json
+import os
+import secrets
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import ClassVar
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "plugins"))  # where Airflow finds the plugin package, too
+
+from cdcreplay_ui.runs_index import (  # noqa: E402
+    DEFAULT_DIFF_STATUSES,
+    DiffPage,
+    NotFound,
+    Refused,
+    RunInfo,
+    TableResult,
+    Warehouse,
+)
+from test_airflow_run import AirflowStack, _tail, airflow, free_local_port, migrated_home, write_config  # noqa: E402
+
+from cdcreplay.airflow_env import DAG_ID  # noqa: E402
+
+SCREENSHOT = REPO / "var" / "screenshots" / "reconciliation.png"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+# --------------------------------------------------------------------------------------------------------------------
+# A warehouse written by hand, in the layout and with the keys the replay and reconcile jobs write
+# --------------------------------------------------------------------------------------------------------------------
+
+DIFF_SCHEMA = pa.schema(
+    [
+        ("table_id", pa.string()),
+        ("epoch_no", pa.int32()),
+        ("key", pa.string()),
+        ("status", pa.string()),
+        (
+            "differing_columns",
+            pa.list_(
+                pa.struct(
+                    [("column", pa.string()), ("snapshot_value", pa.string()), ("incremental_value", pa.string())]
+                )
+            ),
+        ),
+        ("snapshot_topic", pa.string()),
+        ("snapshot_partition", pa.int32()),
+        ("snapshot_offset", pa.int64()),
+        ("snapshot_position", pa.string()),
+        ("incremental_op", pa.string()),
+        ("incremental_topic", pa.string()),
+        ("incremental_partition", pa.int32()),
+        ("incremental_offset", pa.int64()),
+        ("incremental_position", pa.string()),
+    ]
+)
+
+
+def diff_row(table_id, key, status, differing=(), epoch_no=2, snapshot_offset=10, incremental_offset=5, op="update"):
+    return {
+        "table_id": table_id,
+        "epoch_no": epoch_no,
+        "key": key,
+        "status": status,
+        "differing_columns": [{"column": c, "snapshot_value": s, "incremental_value": i} for c, s, i in differing],
+        "snapshot_topic": None if status == "missing_in_snapshot" else f"t.{table_id}",
+        "snapshot_partition": None if status == "missing_in_snapshot" else 0,
+        "snapshot_offset": None if status == "missing_in_snapshot" else snapshot_offset,
+        "snapshot_position": None if status == "missing_in_snapshot" else "[4,100,0]",
+        "incremental_op": None if status == "missing_in_incremental" else op,
+        "incremental_topic": None if status == "missing_in_incremental" else f"t.{table_id}",
+        "incremental_partition": None if status == "missing_in_incremental" else 1,
+        "incremental_offset": None if status == "missing_in_incremental" else incremental_offset,
+        "incremental_position": None if status == "missing_in_incremental" else "[4,90,0]",
+    }
+
+
+def epoch(table_id, epoch_no, kind, verdict, snapshot_rows, **counts):
+    statuses = ("match", "mismatch", "missing_in_incremental", "missing_in_snapshot", "in_flight")
+    return {
+        "table_id": table_id,
+        "epoch_no": epoch_no,
+        "kind": kind,
+        "verdict": verdict,
+        "first_order": "{}",
+        "last_order": "{}",
+        "snapshot_rows": snapshot_rows,
+        "incremental_rows": counts.get("match", 0) + counts.get("mismatch", 0),
+        **{s: counts.get(s, 0) for s in statuses},
+    }
+
+
+def write_run(
+    root: Path, pipeline: str, run_id: str, *, generated_at: str | None, epochs=(), diff=None, validations=(), **extra
+):
+    """One run folder: summary.json (+ reconciliation when generated_at), manifest, diff Parquet, report, Data Docs
+    (the site's index and a validation result page per timestamp in ``validations``)."""
+    run = root / pipeline / "runs" / run_id
+    run.mkdir(parents=True)
+    summary = {
+        "pipeline": pipeline,
+        "format": "debezium-json",
+        "run_id": run_id,
+        "dry_run": extra.get("dry_run", False),
+        "records_read": 120,
+        "duplicates": 0,
+        "missing_offsets": 0,
+        "decoded": {"quarantined": 3, "quarantine_by_reason": {"not_utf8": 1, "not_json": 2}},
+        "manifest_path": str(run / "manifest.json"),
+    }
+    (run / "manifest.json").write_text(json.dumps({"distinct_records": 120, "files": ["a.parquet"]}), encoding="utf-8")
+    if generated_at:
+        reconcile = run / "reconcile"
+        (reconcile / "data_docs").mkdir(parents=True)
+        (reconcile / "data_docs" / "index.html").write_text("<h1>reconciliation_diff</h1>", encoding="utf-8")
+        for stamp in validations:
+            page = reconcile / "data_docs" / "validations" / "reconciliation_diff" / "__none__" / stamp / "spark-x.html"
+            page.parent.mkdir(parents=True)
+            page.write_text(f"<h1>validation {stamp}</h1>", encoding="utf-8")
+        (reconcile / "report.md").write_text("# Reconciliation report\n", encoding="utf-8")
+        (reconcile / "diff").mkdir()
+        pq.write_table(pa.Table.from_pylist(diff or [], schema=DIFF_SCHEMA), reconcile / "diff" / "part-00000.parquet")
+        (reconcile / "diff" / "_SUCCESS").write_text("", encoding="utf-8")
+        failing = any(e["verdict"] == "fail" for e in epochs)
+        summary["reconciliation"] = {
+            "pipeline": pipeline,
+            "verdict": "fail" if failing else "pass",
+            "headline": (
+                "Reconciliation FAILED: shop.orders epoch 2: 1 mismatch" if failing else "Reconciliation passed."
+            )
+            + f" Diff: {reconcile / 'diff'}",
+            "generated_at": generated_at,
+            "tables": list(epochs),
+            "failed_expectations": ["expect_column_values_to_be_in_set(status): 2 unexpected"] if failing else [],
+        }
+        (reconcile / "metrics.json").write_text(json.dumps({**summary["reconciliation"], "suite": None}), "utf-8")
+    (run / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    if generated_at:  # the reconcile job rewrites summary.json when it is done
+        stamp = datetime.fromisoformat(generated_at).timestamp()
+        os.utime(run / "summary.json", (stamp, stamp))
+    return run
+
+
+@pytest.fixture
+def hand_made(tmp_path) -> Warehouse:
+    root = tmp_path / "warehouse"
+    epochs = [
+        epoch("shop.orders", 1, "baseline", "baseline", 400),
+        epoch("shop.orders", 2, "reconciled", "fail", 6, match=3, mismatch=1, missing_in_incremental=1, in_flight=1),
+        epoch("shop.orders", 3, "reconciled", "pass", 2, match=2),
+        epoch("shop.customers", 1, "baseline", "baseline", 300),
+        epoch("shop.customers", 2, "reconciled", "pass", 2, match=1, in_flight=1, missing_in_snapshot=0),
+    ]
+    diff = [
+        diff_row("shop.orders", '["1"]', "match"),
+        diff_row("shop.orders", '["2"]', "match"),
+        diff_row("shop.orders", '["3"]', "match"),
+        diff_row("shop.orders", '["7"]', "mismatch", [("amount", "12.50", "13.00"), ("note", None, "x")]),
+        diff_row("shop.orders", '["8"]', "missing_in_incremental"),
+        diff_row("shop.orders", '["9"]', "in_flight", op="delete"),
+        diff_row("shop.orders", '["4"]', "match", epoch_no=3),
+        diff_row("shop.orders", '["5"]', "match", epoch_no=3),
+        diff_row("shop.customers", '["1"]', "match"),
+        diff_row("shop.customers", '["2"]', "in_flight", op="insert"),
+    ]
+    stamps = ("20260102T075900.1Z", "20260102T080000.1Z")  # the reconcile task ran twice (a retry)
+    write_run(
+        root,
+        "orders_db",
+        "manual__2026-01-02",
+        generated_at="2026-01-02T08:00:00+00:00",
+        epochs=epochs,
+        diff=diff,
+        validations=stamps,
+    )
+    write_run(
+        root,
+        "orders_db",
+        "scheduled__2026-01-01",
+        generated_at="2026-01-01T03:00:00+00:00",
+        epochs=[epoch("shop.orders", 1, "baseline", "baseline", 400)],
+        diff=[],
+    )
+    write_run(root, "orders_db", "dry1", generated_at=None, dry_run=True)
+    os.utime(root / "orders_db" / "runs" / "dry1" / "summary.json", (1767225600, 1767225600))  # 2026-01-01 00:00 UTC
+    (root / "orders_db" / "runs" / "not-a-run").mkdir()  # no summary.json: not listed
+    (root / "unconfigured" / "runs" / "r1").mkdir(parents=True)
+    return Warehouse(root, {"orders_db": "debezium-json", "empty_pipeline": "canal-json"})
+
+
+def test_recent_runs_lists_a_pipelines_runs_newest_first_with_counts_per_table(hand_made):
+    runs = hand_made.recent_runs("orders_db")
+    assert [(r.run_id, r.verdict, r.time) for r in runs] == [
+        ("manual__2026-01-02", "fail", datetime(2026, 1, 2, 8, tzinfo=UTC)),
+        ("scheduled__2026-01-01", "pass", datetime(2026, 1, 1, 3, tzinfo=UTC)),
+        ("dry1", "dry run", datetime(2026, 1, 1, tzinfo=UTC)),
+    ]
+    newest = runs[0]
+    assert newest.tables == (
+        TableResult(
+            "shop.customers",
+            "pass",
+            reconciled_epochs=1,
+            baseline_epochs=1,
+            snapshot_rows=302,
+            counts={"match": 1, "missing_in_incremental": 0, "missing_in_snapshot": 0, "mismatch": 0, "in_flight": 1},
+        ),
+        TableResult(
+            "shop.orders",
+            "fail",
+            reconciled_epochs=2,
+            baseline_epochs=1,
+            snapshot_rows=408,
+            counts={"match": 5, "missing_in_incremental": 1, "missing_in_snapshot": 0, "mismatch": 1, "in_flight": 1},
+        ),
+    )
+    # The headline without the worker's absolute diff path (the view links to the diff instead).
+    assert newest.headline == "Reconciliation FAILED: shop.orders epoch 2: 1 mismatch"
+    assert (newest.quarantined, newest.quarantine_by_reason) == (3, {"not_json": 2, "not_utf8": 1})
+    assert newest.files == frozenset({"manifest", "report", "metrics", "diff", "data_docs"})
+    # "Data Docs" opens the newest validation result of the run; without one, the site's index.
+    assert newest.data_docs_page == "validations/reconciliation_diff/__none__/20260102T080000.1Z/spark-x.html"
+    assert runs[1].data_docs_page == "index.html"
+    assert newest.failed_expectations == ("expect_column_values_to_be_in_set(status): 2 unexpected",)
+    assert runs[1].tables == (
+        TableResult("shop.orders", "baseline", 0, 1, 400, dict.fromkeys(newest.tables[0].counts, 0)),
+    )
+    dry = runs[2]
+    assert (dry.tables, dry.files, dry.headline, dry.epochs, dry.data_docs_page) == (
+        (),
+        frozenset({"manifest"}),
+        "",
+        (),
+        None,
+    )
+    assert [r.run_id for r in hand_made.recent_runs("orders_db", limit=1)] == ["manual__2026-01-02"]
+    assert hand_made.recent_runs("empty_pipeline") == []
+
+
+def test_only_configured_pipelines_and_existing_runs_are_read(hand_made):
+    with pytest.raises(NotFound, match=r"^pipeline 'unconfigured' is not in the config; configured: orders_db, "):
+        hand_made.run("unconfigured", "r1")
+    with pytest.raises(NotFound, match=r"^pipeline orders_db has no run not-a-run$"):
+        hand_made.run("orders_db", "not-a-run")
+    with pytest.raises(NotFound, match=r"^'\.\.' is not a run id of this warehouse$"):
+        hand_made.run("orders_db", "..")
+    assert isinstance(hand_made.run("orders_db", "dry1"), RunInfo)
+
+
+def test_runs_of_an_airflow_run_are_found_by_its_sanitized_id(tmp_path):
+    root = tmp_path / "warehouse"
+    folder = "manual__2026-11-23T08_00_00_00_00"  # cdcreplay.run_spec.safe_run_id of the Airflow run id below
+    for pipeline in ("a", "b"):
+        write_run(root, pipeline, folder, generated_at="2026-11-23T08:05:00+00:00", epochs=[], diff=[])
+    warehouse = Warehouse(root, {"a": "canal-json", "b": "canal-json", "c": "canal-json"})
+    found = warehouse.runs_of_airflow_run("manual__2026-11-23T08:00:00+00:00")
+    assert [(r.pipeline, r.run_id, r.verdict) for r in found] == [("a", folder, "pass"), ("b", folder, "pass")]
+    assert warehouse.runs_of_airflow_run("manual__2026-11-24T08:00:00+00:00") == []
+
+
+def test_the_diff_page_reads_the_rows_of_the_chosen_statuses_and_table(hand_made):
+    page = hand_made.diff("orders_db", "manual__2026-01-02")
+    assert page.statuses == DEFAULT_DIFF_STATUSES
+    assert [(r["table_id"], r["key"], r["status"]) for r in page.rows] == [
+        ("shop.customers", '["2"]', "in_flight"),
+        ("shop.orders", '["8"]', "missing_in_incremental"),
+        ("shop.orders", '["7"]', "mismatch"),
+        ("shop.orders", '["9"]', "in_flight"),
+    ]
+    assert page.rows[2] == diff_row(
+        "shop.orders", '["7"]', "mismatch", [("amount", "12.50", "13.00"), ("note", None, "x")]
+    )
+    assert page.matching_rows == 4
+    assert page.counts == {
+        "match": 6,
+        "missing_in_incremental": 1,
+        "missing_in_snapshot": 0,
+        "mismatch": 1,
+        "in_flight": 2,
+    }
+    assert page.tables == ("shop.customers", "shop.orders")
+
+    orders_matches = hand_made.diff("orders_db", "manual__2026-01-02", ["match"], "shop.orders", limit=2)
+    assert orders_matches == DiffPage(
+        statuses=("match",),
+        table_id="shop.orders",
+        rows=orders_matches.rows,
+        matching_rows=5,
+        counts={"match": 5, "missing_in_incremental": 1, "missing_in_snapshot": 0, "mismatch": 1, "in_flight": 1},
+        tables=("shop.customers", "shop.orders"),
+    )
+    assert len(orders_matches.rows) == 2 and {r["status"] for r in orders_matches.rows} == {"match"}
+
+    with pytest.raises(
+        Refused,
+        match=r"^unknown diff status 'broken'; use one of match, missing_in_incremental, missing_in_snapshot, mismatch, in_flight$",
+    ):
+        hand_made.diff("orders_db", "manual__2026-01-02", ["broken"])
+    with pytest.raises(NotFound, match=r"^run dry1 of orders_db has no diff table \(it was not reconciled\)$"):
+        hand_made.diff("orders_db", "dry1")
+
+
+def test_files_are_served_only_from_inside_their_run_folder(hand_made, tmp_path):
+    run = hand_made.root / "orders_db" / "runs" / "manual__2026-01-02"
+    assert hand_made.run_file("orders_db", "manual__2026-01-02", "reconcile/data_docs/index.html") == (
+        run / "reconcile" / "data_docs" / "index.html"
+    )
+    assert hand_made.manifest("orders_db", "manual__2026-01-02") == {"distinct_records": 120, "files": ["a.parquet"]}
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not for the browser", encoding="utf-8")
+    (run / "reconcile" / "data_docs" / "leak.html").symlink_to(secret)  # a link that leads out of the warehouse
+    (run / "reconcile" / "data_docs" / "other_run").symlink_to(run.parent / "dry1")  # ... or into another run
+    refused = {
+        "../dry1/summary.json": "refused '../dry1/summary.json': only files inside the run folder are served",
+        "reconcile/../../../../secret.txt": "refused 'reconcile/../../../../secret.txt': only files inside the run "
+        "folder are served",
+        str(secret): f"refused '{secret}': only files inside the run folder are served",
+        "reconcile\\..\\summary.json": "refused 'reconcile\\\\..\\\\summary.json': only files inside the run folder "
+        "are served",
+        "reconcile/data_docs/leak.html": "refused 'reconcile/data_docs/leak.html': it resolves outside the run folder",
+        "reconcile/data_docs/other_run/summary.json": "refused 'reconcile/data_docs/other_run/summary.json': it "
+        "resolves outside the run folder",
+        "": "refused '': only files inside the run folder are served",
+    }
+    for relative, message in refused.items():
+        with pytest.raises(Refused) as caught:
+            hand_made.run_file("orders_db", "manual__2026-01-02", relative)
+        assert str(caught.value) == message
+    with pytest.raises(NotFound, match=r"^run manual__2026-01-02 of orders_db has no file reconcile/nothing.html$"):
+        hand_made.run_file("orders_db", "manual__2026-01-02", "reconcile/nothing.html")
+    with pytest.raises(NotFound, match=r"has no file reconcile/diff$"):  # a folder is not a file
+        hand_made.run_file("orders_db", "manual__2026-01-02", "reconcile/diff")
+
+
+def test_a_warehouse_that_is_not_a_local_folder_is_named(tmp_path):
+    with pytest.raises(NotFound, match=r"^the warehouse s3a://bucket/wh is not a local folder; the view reads runs"):
+        Warehouse("s3a://bucket/wh", {})
+    assert Warehouse(f"file://{tmp_path}", {}).root == tmp_path.resolve()
+
+
+def test_the_pages_render_the_hand_made_runs(hand_made):
+    from cdcreplay_ui import pages
+
+    runs = hand_made.recent_runs("orders_db")
+    body = pages.render(
+        "index.html", pipelines=[("orders_db", "debezium-json", runs)], warehouse=hand_made.root, config_path="x"
+    )
+    assert '<a href="runs/orders_db/manual__2026-01-02/diff">diff rows</a>' in body
+    assert "<li>not_json 2</li><li>not_utf8 1</li>" in body
+    run = hand_made.run("orders_db", "manual__2026-01-02")
+    sample = hand_made.diff("orders_db", "manual__2026-01-02", limit=20)
+    body = pages.render("run.html", run=run, sample=sample, suite=None, root="../../../")
+    assert '<b>amount</b>: <span class="mono">12.50</span> → <span class="mono">13.00</span>' in body
+    assert '<b>note</b>: <span class="mono">NULL</span> → <span class="mono">x</span>' in body
+    page = hand_made.diff("orders_db", "manual__2026-01-02", ["match"])
+    body = pages.render("diff.html", run=run, page=page, limit=200, root="../../../")
+    assert '<a class="chip" href="?status=match&amp;table=shop.orders">shop.orders</a>' in body
+    # Keys and values come from the source database: whatever they hold is shown as text, never as markup.
+    hostile = [diff_row("shop.orders", '["<b>k</b>"]', "mismatch", [("note", "<script>alert(1)</script>", "x")])]
+    write_run(hand_made.root, "orders_db", "hostile", generated_at="2026-01-03T00:00:00+00:00", diff=hostile)
+    page = hand_made.diff("orders_db", "hostile")
+    body = pages.render("diff.html", run=hand_made.run("orders_db", "hostile"), page=page, limit=200, root="")
+    assert '<td class="mono">[&#34;&lt;b&gt;k&lt;/b&gt;&#34;]</td>' in body
+    assert '<span class="mono">&lt;script&gt;alert(1)&lt;/script&gt;</span>' in body
+    assert "<script>" not in body and "<b>k</b>" not in body
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The real thing: runs of the real DAG, the api-server with the plugin, headless Chromium
+# --------------------------------------------------------------------------------------------------------------------
+
+EVENTS, SEED, DRIFT = 400, 20260101, 3
+FAILING_PIPELINE, CLEAN_PIPELINE = "demo_debezium", "demo_canal"
+# Records no decoder can read, archived in a partition of their own: the run quarantines them by reason.
+BAD_RECORDS = [(b"not json at all", "not_json"), (b"{truncated", "not_json"), (b"\xff\xfe\x00", "not_utf8")]
+
+
+def write_archives(archive: Path) -> list:
+    """The two demo pipelines' archives; returns the changes the failing pipeline's source lost (DriftRow)."""
+    from archive_helpers import Record, write_parquet
+
+    from cdcreplay.simulator import build_sample_archive
+
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    history = build_sample_archive(archive / FAILING_PIPELINE, "debezium-json", EVENTS, SEED, drift=DRIFT, start=start)
+    build_sample_archive(archive / CLEAN_PIPELINE, "canal-json", EVENTS, SEED, start=start)
+    bad = [Record("dbserver1.shop.orders", 9, i, value, timestamp=start) for i, (value, _) in enumerate(BAD_RECORDS)]
+    write_parquet(bad, archive / FAILING_PIPELINE / "topic=dbserver1.shop.orders" / "part-bad.parquet")
+    return history.drift_rows
+
+
+def ui_env(home: Path, config: Path, password: str) -> dict[str, str]:
+    """The embedded setup (airflow_env) with a login: user admin, its password in a file of the test's own."""
+    passwords = home / "passwords.json"
+    home.mkdir(parents=True, exist_ok=True)
+    passwords.write_text(json.dumps({"admin": password}), encoding="utf-8")
+    return migrated_home(
+        home,
+        config,
+        AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="admin:admin",
+        AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE=str(passwords),
+        AIRFLOW__API_AUTH__JWT_SECRET=secrets.token_hex(16),
+        AIRFLOW__API__SECRET_KEY=secrets.token_hex(16),
+    )
+
+
+def run_dag(env: dict[str, str], logical_date: str, conf: dict) -> tuple[int, str]:
+    result = airflow(env, "dags", "test", DAG_ID, logical_date, "--conf", json.dumps(conf), timeout=900, check=False)
+    return result.returncode, result.stdout + result.stderr
+
+
+class ApiServer(AirflowStack):
+    """`airflow api-server` alone (the runs are done), on 127.0.0.1 and a free port, in its own process group."""
+
+    COMMANDS: ClassVar[dict[str, tuple[str, ...]]] = {}
+
+    def __init__(self, env: dict[str, str], logs: Path, port: int):
+        super().__init__(env, logs)
+        self.port = port
+        self.COMMANDS = {"api-server": ("api-server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1")}
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def wait_until_healthy(self, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.assert_alive()
+            with (
+                contextlib.suppress(OSError),
+                urllib.request.urlopen(f"{self.url}/api/v2/monitor/health", timeout=5) as response,
+            ):
+                if response.status == 200:
+                    return
+            time.sleep(1)
+        pytest.fail(f"api-server not healthy within {timeout} s:\n{self.log_tail('api-server')}")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """Two real DAG runs (a full rebuild that fails reconciliation, then a dry run) and the api-server on top."""
+    from test_airflow_run import list_runs
+
+    root = tmp_path_factory.mktemp("ui")
+    drift = write_archives(root / "archive")
+    config = write_config(root / "pipelines.yaml", root / "warehouse", root / "archive")
+    password = secrets.token_urlsafe(12)
+    env = ui_env(root / "home", config, password)
+    code, output = run_dag(env, "2026-01-03", {"full_rebuild": True})
+    assert code != 0, "the lost changes must fail the run\n" + _tail(output)
+    assert f"reconciliation of {FAILING_PIPELINE}: FAIL" in output, _tail(output)
+    assert f"reconciliation of {CLEAN_PIPELINE}: PASS" in output, _tail(output)
+    code, output = run_dag(env, "2026-01-04", {"dry_run": True})
+    assert code == 0, _tail(output)
+    runs = list_runs(env)
+    server = ApiServer(env, root / "logs", free_local_port())
+    server.start()
+    try:
+        server.wait_until_healthy()
+        yield {
+            "url": server.url,
+            "password": password,
+            "warehouse": root / "warehouse",
+            "drift": drift,
+            "full_run": runs["2026-01-03"]["run_id"],
+            "dry_run": runs["2026-01-04"]["run_id"],
+        }
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def browser(served):
+    """Headless Debian Chromium with a new empty profile, logged in to Airflow through its login page.
+
+    Only requests to the api-server leave the browser (GX Data Docs name CDN stylesheets: they are refused).
+    """
+    from playwright.sync_api import sync_playwright
+
+    assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: run scripts/setup-browser.sh"
+    with tempfile.TemporaryDirectory() as profile, sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            profile,
+            executable_path=CHROMIUM,
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1440, "height": 900},
+        )
+        local = served["url"] + "/"
+        context.route("**/*", lambda route: route.continue_() if route.request.url.startswith(local) else route.abort())
+        page = context.new_page()
+        page.set_default_timeout(30_000)
+        # Not logged in: the view sends the browser to Airflow's login page, which comes back after the login.
+        page.goto(served["url"] + "/cdcreplay/")
+        assert page.url.startswith(served["url"] + "/auth/login?next="), page.url
+        page.get_by_label("Username").fill("admin")
+        page.get_by_label("Password").fill(served["password"])
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_url(served["url"] + "/cdcreplay/")
+        try:
+            yield page
+        finally:
+            context.close()
+
+
+def cells(row) -> list[str]:
+    return [" ".join(text.split()) for text in row.locator("td").all_inner_texts()]
+
+
+def shown_time(run_dir: Path) -> str:
+    """The run's time as the page shows it: when it was reconciled, else when its summary was written (UTC)."""
+    summary_file = run_dir / "summary.json"
+    generated_at = (json.loads(summary_file.read_text(encoding="utf-8")).get("reconciliation") or {}).get(
+        "generated_at"
+    )
+    when = (
+        datetime.fromisoformat(generated_at)
+        if generated_at
+        else datetime.fromtimestamp(summary_file.stat().st_mtime, UTC)
+    )
+    return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def expected_table_rows(warehouse: Path, pipeline: str, run_id: str, mismatches: dict[str, int]) -> list[list[str]]:
+    """What the page must show per table of a run: counts from the job's metrics, mismatches from the simulator."""
+    summary = json.loads((warehouse / pipeline / "runs" / run_id / "summary.json").read_text(encoding="utf-8"))
+    rows = []
+    for table_id in sorted({m["table_id"] for m in summary["reconciliation"]["tables"]}):
+        epochs = [m for m in summary["reconciliation"]["tables"] if m["table_id"] == table_id]
+        reconciled = [m for m in epochs if m["kind"] == "reconciled"]
+        verdict = "FAIL" if mismatches.get(table_id) else "PASS"
+        baseline = len(epochs) - len(reconciled)
+        epochs_text = f"{len(reconciled)} +{baseline} baseline" if baseline else str(len(reconciled))
+        match, in_flight = (sum(m[s] for m in reconciled) for s in ("match", "in_flight"))
+        rows.append(
+            [
+                f"{table_id} {verdict}",
+                epochs_text,
+                str(match),
+                "0",
+                "0",
+                str(mismatches.get(table_id, 0)),
+                str(in_flight),
+            ]
+        )
+    return rows
+
+
+@pytest.mark.airflow
+@pytest.mark.timeout(2400)
+def test_the_reconciliation_page_shows_runs_per_pipeline_and_table(served, browser):
+    from cdcreplay.run_spec import safe_run_id
+
+    page = browser
+    page.goto(served["url"] + "/cdcreplay/")
+    assert page.locator("h1").inner_text() == "Reconciliation"
+    assert [" ".join(text.split()) for text in page.locator("section h2").all_inner_texts()] == [
+        f"{FAILING_PIPELINE} debezium-json",
+        f"{CLEAN_PIPELINE} canal-json",
+    ]
+    full, dry = safe_run_id(served["full_run"]), safe_run_id(served["dry_run"])
+    lost: dict[str, int] = {}
+    for row in served["drift"]:
+        lost[row.table_id] = lost.get(row.table_id, 0) + 1
+    for pipeline, mismatches, verdict, quarantined in (
+        (FAILING_PIPELINE, lost, "FAIL", "3 not_json 2 not_utf8 1"),
+        (CLEAN_PIPELINE, {}, "PASS", "0"),
+    ):
+        section = page.locator(f"section[data-pipeline='{pipeline}']")
+        # Newest first: the dry run, then the full rebuild.
+        assert [r.get_attribute("data-run") for r in section.locator("tbody.run").all()] == [dry, full]
+        assert cells(section.locator(f"tbody[data-run='{dry}'] tr")) == [
+            dry,
+            shown_time(served["warehouse"] / pipeline / "runs" / dry),
+            "DRY RUN",
+            "no snapshot epochs reconciled in this run",
+            "0",
+            "report no diff manifest",
+        ]
+        tables = expected_table_rows(served["warehouse"], pipeline, full, mismatches)
+        first = [full, shown_time(served["warehouse"] / pipeline / "runs" / full), verdict]
+        links = "report diff rows Data Docs manifest"
+        rows = [cells(r) for r in section.locator(f"tbody[data-run='{full}'] tr").all()]
+        assert rows == [[*first, *tables[0], quarantined, links], *tables[1:]]
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOT), full_page=True)
+    print(f"screenshot of the reconciliation page: {SCREENSHOT}")
+
+
+@pytest.mark.airflow
+@pytest.mark.timeout(2400)
+def test_the_links_open_the_diff_rows_data_docs_manifest_and_report(served, browser):
+    from cdcreplay.run_spec import safe_run_id
+
+    page, full = browser, safe_run_id(served["full_run"])
+    run_dir = served["warehouse"] / FAILING_PIPELINE / "runs" / full
+    summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    run_links = f"section[data-pipeline='{FAILING_PIPELINE}'] tbody[data-run='{full}'] .links"
+
+    # Diff rows: exactly the changes the simulated source lost, with both values, and the two keys in flight.
+    page.goto(served["url"] + "/cdcreplay/")
+    page.locator(run_links).get_by_role("link", name="diff rows").click()
+    page.wait_for_url(f"**/cdcreplay/runs/{FAILING_PIPELINE}/{full}/diff")
+    shown = [cells(row) for row in page.locator("table.grid tbody tr").all()]
+    mismatches = sorted(row[:5] for row in shown if row[3] == "mismatch")
+    assert mismatches == sorted(
+        [
+            d.table_id,
+            "2",
+            json.dumps([str(k) for k in d.key], separators=(",", ":")),
+            "mismatch",
+            f"{d.column}: {d.snapshot_value} → {d.true_value}",
+        ]
+        for d in served["drift"]
+    )
+    in_flight = sum(m["in_flight"] for m in summary["reconciliation"]["tables"])
+    assert [row[3] for row in shown].count("in flight") == in_flight
+    assert page.locator("p.shown").inner_text() == f"Showing {len(shown)} of {len(shown)} rows."
+    page.locator(".chip[data-status='match']").click()
+    matches = sum(m["match"] for m in summary["reconciliation"]["tables"])
+    assert page.locator("p.shown").inner_text() == f"Showing {min(matches, 200)} of {matches} rows."
+    assert {row[3] for row in (cells(r) for r in page.locator("table.grid tbody tr").all())} == {"match"}
+
+    # Data Docs: GX's validation result of this diff (served from the run folder; its CDN styles are refused).
+    page.goto(served["url"] + "/cdcreplay/")
+    page.locator(run_links).get_by_role("link", name="Data Docs").click()
+    page.wait_for_url(f"**/cdcreplay/runs/{FAILING_PIPELINE}/{full}/data_docs/validations/**/*.html")
+    docs = " ".join(page.locator("body").inner_text().split())
+    assert "Expectation Suite: reconciliation_diff" in docs and "Status: Failed" in docs, docs[:2000]
+    assert f"{len(served['drift'])} unexpected values found" in docs, docs[:2000]
+
+    # The manifest, as the replay wrote it.
+    page.goto(served["url"] + "/cdcreplay/")
+    page.locator(run_links).get_by_role("link", name="manifest").click()
+    page.wait_for_url(f"**/cdcreplay/runs/{FAILING_PIPELINE}/{full}/manifest.json")
+    manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
+    assert json.loads(page.locator("body").inner_text()) == manifest
+    assert manifest["distinct_records"] == summary["records_read"]
+
+    # The run's report: the job's headline, the counts per table and epoch, the failed expectation.
+    page.goto(served["url"] + "/cdcreplay/")
+    page.locator(run_links).get_by_role("link", name="report").click()
+    page.wait_for_url(f"**/cdcreplay/runs/{FAILING_PIPELINE}/{full}/")
+    headline = summary["reconciliation"]["headline"]
+    assert page.locator(".headline").inner_text() == headline[: headline.index(" Diff: ")]
+    epochs = [cells(row) for row in page.locator("table.epochs tbody tr").all()]
+    assert epochs == [
+        [
+            m["table_id"],
+            str(m["epoch_no"]),
+            m["kind"],
+            m["verdict"].upper(),
+            f"{m['snapshot_rows']:,}",
+            f"{m['incremental_rows']:,}",
+            *(f"{m[s]:,}" for s in ("match", "missing_in_incremental", "missing_in_snapshot", "mismatch", "in_flight")),
+        ]
+        for m in summary["reconciliation"]["tables"]
+    ]
+    assert "✘ expect_column_values_to_be_in_set on status: 3 unexpected" in page.locator("body").inner_text()
+    page.get_by_role("link", name="report.md").click()
+    report = (run_dir / "reconcile" / "report.md").read_text(encoding="utf-8")
+    assert page.locator("body").inner_text().strip() == report.strip()
+
+
+@pytest.mark.airflow
+@pytest.mark.timeout(2400)
+def test_the_reconcile_task_links_to_its_runs_report(served, browser):
+    from urllib.parse import quote
+
+    page, run_id = browser, served["full_run"]
+    page.goto(f"{served['url']}/dags/{DAG_ID}/runs/{quote(run_id)}/tasks/reconcile")
+    page.get_by_text("Details", exact=True).click()
+    link = page.get_by_role("link", name="Reconciliation report")
+    # Computed on the worker when the task ended (it failed: the verdict is FAIL) and kept in XCom.
+    assert link.get_attribute("href") == f"cdcreplay/dag-runs/{quote(run_id, safe='')}/"
+    link.click()
+    page.wait_for_url(f"{served['url']}/cdcreplay/dag-runs/**")
+    rows = {row.get_attribute("data-pipeline"): cells(row) for row in page.locator("tbody tr").all()}
+    assert {pipeline: row[1] for pipeline, row in rows.items()} == {FAILING_PIPELINE: "FAIL", CLEAN_PIPELINE: "PASS"}
+    assert rows[CLEAN_PIPELINE][2].startswith("Reconciliation passed: 3 snapshot epoch(s) reconciled")
+    page.locator(f"tr[data-pipeline='{FAILING_PIPELINE}']").get_by_role("link", name="diff rows").click()
+    assert page.locator(".chip[data-status='mismatch'] b").inner_text() == str(len(served["drift"]))
+
+
+@pytest.mark.airflow
+@pytest.mark.timeout(2400)
+def test_the_browse_menu_shows_the_view_inside_the_airflow_ui(served, browser):
+    page = browser
+    page.goto(served["url"] + "/")
+    page.get_by_role("button", name="Browse").click()
+    page.get_by_role("menuitem", name="Reconciliation").click()
+    page.wait_for_url(f"{served['url']}/plugin/reconciliation**")
+    frame = page.frame_locator("iframe[title='Reconciliation']")
+    assert frame.locator("h1").inner_text() == "Reconciliation"
+    assert frame.locator("section[data-pipeline]").count() == 2
+
+
+@pytest.mark.airflow
+@pytest.mark.timeout(2400)
+def test_only_logged_in_users_get_files_and_only_from_inside_a_run_folder(served, browser):
+    from cdcreplay.run_spec import safe_run_id
+
+    full = safe_run_id(served["full_run"])
+    base = f"{served['url']}/cdcreplay/runs/{FAILING_PIPELINE}/{full}"
+    docs = served["warehouse"] / FAILING_PIPELINE / "runs" / full / "reconcile" / "data_docs"
+    (docs / "escape.html").unlink(missing_ok=True)
+    (docs / "escape.html").symlink_to(served["warehouse"] / CLEAN_PIPELINE / "runs" / full / "summary.json")
+    request = browser.context.request  # the browser's session: logged in
+    answers = {
+        f"{base}/data_docs/..%2F..%2Fsummary.json": (400, "refused 'reconcile/data_docs/../../summary.json': only"),
+        f"{base}/data_docs/%2Fetc%2Fpasswd": (
+            404,
+            f"run {full} of {FAILING_PIPELINE} has no file reconcile/data_docs/",
+        ),
+        f"{base}/data_docs/escape.html": (400, "refused 'reconcile/data_docs/escape.html': it resolves outside"),
+        # Starlette decodes %2F before routing: these paths have too many segments for any route.
+        f"{served['url']}/cdcreplay/runs/..%2F..%2F..%2Fetc/passwd/manifest.json": (404, "Not Found"),
+        f"{served['url']}/cdcreplay/runs/{FAILING_PIPELINE}/..%2F{CLEAN_PIPELINE}/manifest.json": (404, "Not Found"),
+        f"{served['url']}/cdcreplay/runs/{FAILING_PIPELINE}/..%2E/manifest.json": (404, "'...' is not a run id of"),
+        f"{base}/diff?status=everything": (400, "unknown diff status 'everything'; use one of match, "),
+    }
+    for url, (status, message) in answers.items():
+        response = request.get(url, max_redirects=0)
+        text = html.unescape(response.text())
+        assert (response.status, message in text) == (status, True), (url, response.status, text)
+        assert '"tables"' not in response.text() and "root:" not in response.text()
+    # Without Airflow's session cookie, no page and no file: the browser is sent to the login page instead.
+    for path in ("/cdcreplay/", f"/cdcreplay/runs/{FAILING_PIPELINE}/{full}/manifest.json"):
+        try:
+            urllib.request.build_opener(NoRedirect).open(served["url"] + path, timeout=10)
+            pytest.fail(f"{path} answered without a login")
+        except urllib.error.HTTPError as exc:
+            assert (exc.code, exc.headers["location"].split("?")[0]) == (303, "/auth/login"), (path, exc.code)
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
