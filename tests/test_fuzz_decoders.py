@@ -1,11 +1,13 @@
 """Hostile input for every registered decoder: random bytes, random JSON-ish text and mutated valid messages.
 
 The formats come from the registry, so a new format is fuzzed without touching this file (its valid messages come
-from its simulator encoder, or from ``EXTRA_SEEDS`` when it has none). Hypothesis draws a whole batch of records per
-example and the batch goes through Spark once -- one job per example keeps the file fast. The search is derandomized
-and keeps no example database, so CI sees the same inputs every time. There is no shrinking (shrinking a Spark batch
-would run hundreds of jobs): a failure names the exact records that broke the property instead, and a crashing batch
-is bisected down to the record that crashes it.
+from its simulator encoder and the conformance corpus, or from ``EXTRA_SEEDS`` when it has no encoder). Hypothesis
+draws a whole batch per example -- random bytes and JSON-ish text, then mutated valid messages: flipped, cut, inserted
+and repeated bytes; deleted, retyped and replaced JSON fields, huge numbers, deep nesting, odd unicode, duplicate
+keys -- and the batch goes through Spark once: one job per example keeps the file fast. The search is derandomized
+and keeps no example database, so CI sees the same inputs every time; ``CDCREPLAY_FUZZ_EXAMPLES=20`` searches longer
+locally. There is no shrinking (shrinking a Spark batch would run hundreds of jobs): a failure names the exact
+records that broke the property instead, and a crashing batch is bisected down to the record that crashes it.
 
 Properties, checked per record against an oracle computed here (independent of the job's own accounting code):
 - no exception escapes the decoder: building and collecting the decoded batch succeeds;
@@ -514,14 +516,110 @@ FOUND = {
 }
 
 
-@pytest.mark.parametrize("fmt", sorted(FOUND))
-def test_messages_the_fuzzing_found_decode_as_expected(spark, fmt):
-    messages = [Message(value, topic="found") for value, _ in FOUND[fmt]]
-    records = _records(messages)
+def qlik_change(**headers) -> bytes:
+    """A valid Qlik JSON data message of the simulator with some headers replaced (its metadata message is in the
+    same batch: ``CONTEXT``)."""
+    documents = (_json_document(seed.value) or {} for seed in case_of("qlik-json").seeds)
+    document = next(d for d in documents if d.get("type") == "DT" and d["message"]["headers"]["operation"] == "INSERT")
+    document["message"]["headers"].update(headers)
+    return json.dumps(document).encode()
+
+
+# Valid messages a case needs beside it (Qlik data messages are decoded with their metadata message).
+CONTEXT = {"qlik-json": lambda seeds: [s for s in seeds if (_json_document(s.value) or {}).get("type") == "MD"]}
+FOUND["qlik-json"] += [
+    # Position parts past decimal(38,0) failed the whole batch when written to Arrow.
+    (
+        lambda: qlik_change(transactionEventCounter=-(10**40)),
+        [("quarantine", "bad_value", f"transactionEventCounter -1{'0' * 40} has more than 38 digits")],
+    ),
+    (
+        lambda: qlik_change(changeSequence="1" * 40),
+        [("quarantine", "bad_value", f"changeSequence '{'1' * 40}' has more than 38 digits")],
+    ),
+]
+
+
+def _found_message(item) -> Message:
+    """A case's message: bytes, a Message (a key too), or a function making either (from the format's seeds)."""
+    item = item() if callable(item) else item
+    item = item if isinstance(item, Message) else Message(item)
+    return Message(item.value, item.key, item.headers, "found")
+
+
+def assert_found_cases(spark, fmt: str, cases: list) -> None:
+    """Each case decoded in one batch (after its context), its rows compared whole, the accounting checked."""
+    context = CONTEXT.get(fmt, lambda seeds: [])(case_of(fmt).seeds)
+    messages = [Message(m.value, m.key, m.headers, "found") for m in context]
+    records = _records(messages + [_found_message(item) for item, _ in cases])
     rows = decode_batch(spark, case_of(fmt).pipeline, records)
     check_accounting(records, rows)
     got = {}
     for row in rows:
         got.setdefault((row["partition"], row["offset"]), []).append((row["record_kind"], row["reason"], row["detail"]))
-    expected = {(r.partition, r.offset): rows_ for r, (_, rows_) in zip(records, FOUND[fmt], strict=True)}
-    assert got == expected
+    cased = records[len(context) :]
+    assert {(r.partition, r.offset): got.get((r.partition, r.offset)) for r in cased} == {
+        (r.partition, r.offset): expected for r, (_, expected) in zip(cased, cases, strict=True)
+    }
+
+
+@pytest.mark.parametrize("fmt", sorted(FOUND))
+def test_messages_the_fuzzing_found_decode_as_expected(spark, fmt):
+    assert_found_cases(spark, fmt, FOUND[fmt])
+
+
+# -- found in code the lead engineer is rewriting (formats/common.py, canal_json.py, debezium_json.py and the Debezium
+# modules replacing debezium_envelope.py, with formats/routing.py): kept here, failing, until fixed there. Only the
+# fuzzing's properties are asserted (no crash, every record accounted for), not a wording of the fix.
+TOMBSTONE_KEY = (
+    "common.unreadable_json makes a tombstone's detail the key cast to a string; a key that is not UTF-8 then fails "
+    "the Python routing (UnicodeDecodeError in common.finish) -- base64 it, as canal/debezium now do"
+)
+SURROGATE_ROUTING = (
+    "a JSON value escaping a lone surrogate (\\ud800) reaches routing.decoded_batch as a str that UTF-8 cannot "
+    "encode (UnicodeEncodeError): the whole batch fails; reject it per record (as json_payload.json_object does)"
+)
+LEAD_OWNED = [
+    pytest.param(fmt, Message(b"", b"\x9d\xff"), marks=pytest.mark.xfail(strict=True, reason=TOMBSTONE_KEY), id=fmt)
+    for fmt in ("dataworks-json", "drs-json-mysql", "dts-shareplex-json")
+] + [
+    pytest.param(
+        "canal-json",
+        Message(
+            b'{"data":[{"id":"1","v":"\\ud800"}],"database":"shop","table":"t","type":"INSERT","isDdl":false,'
+            b'"pkNames":["id"],"mysqlType":{"id":"int","v":"varchar(8)"},"es":1,"id":1}'
+        ),
+        marks=pytest.mark.xfail(strict=True, reason=SURROGATE_ROUTING),
+        id="canal-json-surrogate",
+    ),
+    pytest.param(
+        "debezium-json",
+        Message(
+            b'{"before":null,"after":{"id":1,"v":"\\ud800"},"op":"c","source":{"db":"shop","table":"t","file":"f",'
+            b'"pos":4,"row":0}}',
+            b'{"id": 1}',
+        ),
+        marks=pytest.mark.xfail(strict=True, reason=SURROGATE_ROUTING),
+        id="debezium-json-surrogate",
+    ),
+    pytest.param(
+        "debezium-json",
+        Message(
+            b'{"schema":{"type":"struct","fields":[{"type":"struct","fields":[{"type":"int32","optional":false,'
+            b'"field":"id"},{"type":"string","optional":true}],"optional":true,"field":"after"}]},"payload":'
+            b'{"before":null,"after":{"id":1},"op":"c","source":{"db":"shop","table":"t","file":"f","pos":4,"row":0}}}',
+            b'{"id": 1}',
+        ),
+        marks=pytest.mark.xfail(
+            strict=True,
+            reason="a schema field without a `field` name becomes a NULL map key: pyarrow 'Invalid Map: key field "
+            "cannot contain null values' in routing.decoded_batch fails the whole batch",
+        ),
+        id="debezium-json-unnamed-schema-field",
+    ),
+]
+
+
+@pytest.mark.parametrize(("fmt", "message"), LEAD_OWNED)
+def test_messages_found_in_code_being_rewritten_are_accounted_for(spark, fmt, message):
+    assert_decodes_and_accounts(spark, fmt, [message])

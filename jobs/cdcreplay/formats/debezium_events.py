@@ -442,7 +442,7 @@ def _change(event, change_op, op, key, mongodb, record, info, source, identity) 
         )
     source_ts = as_long(as_text(source.get("ts_ms")))
     event_ts = source_ts if source_ts is not None and source_ts > 0 else as_long(as_text(event.get("ts_ms")))
-    entry = change(
+    return change(
         change_op,
         db=identity["db"],
         schema=identity["schema"],
@@ -453,7 +453,6 @@ def _change(event, change_op, op, key, mongodb, record, info, source, identity) 
         column_types=images.types,
         position=source_position(source),
         event_time=_event_time(event_ts),
+        key_image=images.key_image,
+        detail=key_change_provenance(record),
     )
-    entry["key_image"] = images.key_image
-    entry["detail"] = key_change_provenance(record)
-    return entry

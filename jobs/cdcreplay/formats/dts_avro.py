@@ -217,9 +217,7 @@ def _row_entries(record: dict, row_op: str, table: tuple, configured: dict[str, 
         and any(before[c] != after[c] for c in key_columns)
     )
     if not moved:
-        entry = change(row_op, key_columns=key_columns, after=after, before=before, **common)
-        entry["key_image"] = key_image
-        return [entry]
+        return [change(row_op, key_columns=key_columns, after=after, before=before, key_image=key_image, **common)]
     delete = change(S.OP_DELETE, key_columns=key_columns, after=None, before=before, **common)
     if after_absent:
         return [

@@ -84,8 +84,12 @@ def change(
     position: list[Decimal | None] | None = None,
     event_time: datetime | None = None,
     row_index: int = 0,
+    key_image: dict[str, str | None] | None = None,
+    detail: str | None = None,
 ) -> dict:
-    """A row change. ``key_image`` is the after image, else the before image (a delete names its row by before)."""
+    """A row change. The key is read from ``key_image``: by default the after image, else the before image (a delete
+    names its row by before); a format passes its own when the key lives elsewhere (the Kafka key). ``detail`` is
+    provenance kept on the changelog row (Debezium's key-change headers)."""
     return {
         "record_kind": KIND_CHANGE,
         "op": op,
@@ -93,13 +97,14 @@ def change(
         "source_schema": schema,
         "source_table": table,
         "key_columns": key_columns,
-        "key_image": after if after is not None else before,
+        "key_image": key_image if key_image is not None else (after if after is not None else before),
         "after": after if op != S.OP_DELETE else None,
         "before": before,
         "column_types": column_types or {},
         "position": position or [],
         "event_time": event_time,
         "row_index": row_index,
+        "detail": detail,
     }
 
 

@@ -364,9 +364,14 @@ def _position(headers: dict) -> list:
     sequence = str(headers.get("changeSequence") or "").strip()
     if not sequence:
         return []
+    # Position parts are decimal(38,0) in the changelog: a longer number cannot be ordered, so it is not guessed at.
     if not sequence.isdigit():
         raise DecodeError(S.REASON_BAD_VALUE, f"changeSequence {sequence!r} is not a string of digits")
+    if len(sequence) > 38:
+        raise DecodeError(S.REASON_BAD_VALUE, f"changeSequence {sequence!r} has more than 38 digits")
     counter = _int(headers.get("transactionEventCounter")) or 0
+    if abs(counter) >= 10**38:
+        raise DecodeError(S.REASON_BAD_VALUE, f"transactionEventCounter {counter} has more than 38 digits")
     return position(sequence, counter)
 
 
