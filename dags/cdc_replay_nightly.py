@@ -23,8 +23,9 @@ REPLAY_JOB = str(REPO / "jobs" / "replay.py")
 RECONCILE_JOB = str(REPO / "jobs" / "reconcile.py")
 DEFAULT_CONFIG = os.environ.get("CDCREPLAY_CONFIG") or str(REPO / "config" / "pipelines.yaml")
 
-# Same rule as cdcreplay.config.SAFE_NAME (names become folder names and command-line arguments).
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
+# Same rule as cdcreplay.config.SAFE_NAME (names become folder names and command-line arguments). `(?!\n)`: in
+# Python (jsonschema) `$` also matches before a final newline; in the browser (ECMAScript) the look-ahead is a no-op.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$(?!\n)"
 # Empty, a date, or a date-time with optional offset. `format: date-time` gives the UI its date-time picker, but
 # jsonschema only enforces `format` when rfc3339-validator is installed, so the pattern is what rejects bad values.
 TIME_PATTERN = (

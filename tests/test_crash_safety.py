@@ -18,12 +18,13 @@ import pytest
 from archive_helpers import pipeline_config
 
 from cdcreplay.entrypoints import EXIT_OK, replay_main
+from cdcreplay.progress import PIPELINE_STAGES
 from cdcreplay.simulator import build_sample_archive, json_row
 
 pytestmark = pytest.mark.timeout(900)
 
-# The job logs "pipeline <name>: <stage> done" after each stage; the kill lands a random moment after one of them.
-KILL_AFTER_STAGES = ("read", "decode", "compact", "type", "audit")
+# The job logs "progress <name> [i/n] <stage>: done in ..." after each stage; the kill lands a random moment after one.
+KILL_AFTER_STAGES = tuple(stage for stage in PIPELINE_STAGES if stage != "publish")
 
 
 def published(warehouse: Path) -> dict[str, list[str]]:
@@ -54,7 +55,7 @@ def kill_during(config: Path, run_id: str, stage: str, rng: random.Random) -> No
     seen = []
     for line in process.stderr:
         seen.append(line)
-        if f": {stage} done" in line:
+        if f"] {stage}: done in " in line:
             time.sleep(rng.uniform(0, 0.5))
             os.killpg(process.pid, signal.SIGKILL)
             break

@@ -25,6 +25,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from operator import itemgetter
 from pathlib import Path
 
 import pytest
@@ -568,28 +569,25 @@ def test_messages_the_fuzzing_found_decode_as_expected(spark, fmt):
     assert_found_cases(spark, fmt, FOUND[fmt])
 
 
-# -- found in code the lead engineer is rewriting (formats/common.py, canal_json.py, debezium_json.py and the Debezium
-# modules replacing debezium_envelope.py, with formats/routing.py): kept here, failing, until fixed there. Only the
-# fuzzing's properties are asserted (no crash, every record accounted for), not a wording of the fix.
-TOMBSTONE_KEY = (
-    "common.unreadable_json makes a tombstone's detail the key cast to a string; a key that is not UTF-8 then fails "
-    "the Python routing (UnicodeDecodeError in common.finish) -- base64 it, as canal/debezium now do"
-)
-SURROGATE_ROUTING = (
-    "a JSON value escaping a lone surrogate (\\ud800) reaches routing.decoded_batch as a str that UTF-8 cannot "
-    "encode (UnicodeEncodeError): the whole batch fails; reject it per record (as json_payload.json_object does)"
-)
-LEAD_OWNED = [
-    pytest.param(fmt, Message(b"", b"\x9d\xff"), marks=pytest.mark.xfail(strict=True, reason=TOMBSTONE_KEY), id=fmt)
-    for fmt in ("dataworks-json", "drs-json-mysql", "dts-shareplex-json")
+# -- found by the fuzzing in what every format shares (formats/common.py, formats/routing.py): each record is routed
+# alone, whatever the rest of its batch holds.
+ROUTING_CASES = [
+    # A tombstone whose Kafka key is not UTF-8: its detail is the key in base64.
+    pytest.param(fmt, Message(b"", b"\x9d\xff"), ("control", None, "nf8="), id=f"{fmt}-binary-tombstone-key")
+    for fmt in ("dataworks-json", "drs-json-mysql", "dts-shareplex-json", "canal-json", "debezium-json")
 ] + [
+    # JSON may escape a lone UTF-16 surrogate; no UTF-8 column can hold it, so the record is quarantined alone.
     pytest.param(
         "canal-json",
         Message(
             b'{"data":[{"id":"1","v":"\\ud800"}],"database":"shop","table":"t","type":"INSERT","isDdl":false,'
             b'"pkNames":["id"],"mysqlType":{"id":"int","v":"varchar(8)"},"es":1,"id":1}'
         ),
-        marks=pytest.mark.xfail(strict=True, reason=SURROGATE_ROUTING),
+        (
+            "quarantine",
+            "not_utf8",
+            "the decoded field after escapes a lone UTF-16 surrogate (\\ud800-\\udfff): not Unicode text",
+        ),
         id="canal-json-surrogate",
     ),
     pytest.param(
@@ -599,9 +597,14 @@ LEAD_OWNED = [
             b'"pos":4,"row":0}}',
             b'{"id": 1}',
         ),
-        marks=pytest.mark.xfail(strict=True, reason=SURROGATE_ROUTING),
+        (
+            "quarantine",
+            "not_utf8",
+            "the decoded field after escapes a lone UTF-16 surrogate (\\ud800-\\udfff): not Unicode text",
+        ),
         id="debezium-json-surrogate",
     ),
+    # A Debezium schema field without a "field" name would be a null column name.
     pytest.param(
         "debezium-json",
         Message(
@@ -610,16 +613,27 @@ LEAD_OWNED = [
             b'{"before":null,"after":{"id":1},"op":"c","source":{"db":"shop","table":"t","file":"f","pos":4,"row":0}}}',
             b'{"id": 1}',
         ),
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="a schema field without a `field` name becomes a NULL map key: pyarrow 'Invalid Map: key field "
-            "cannot contain null values' in routing.decoded_batch fails the whole batch",
-        ),
+        ("quarantine", "decode_error", None),
         id="debezium-json-unnamed-schema-field",
     ),
 ]
 
 
-@pytest.mark.parametrize(("fmt", "message"), LEAD_OWNED)
-def test_messages_found_in_code_being_rewritten_are_accounted_for(spark, fmt, message):
-    assert_decodes_and_accounts(spark, fmt, [message])
+@pytest.mark.parametrize(("fmt", "message", "expected"), ROUTING_CASES)
+def test_records_are_routed_alone(spark, fmt, message, expected):
+    """The odd record sits between valid ones: it gets its own outcome, and theirs are what they are without it."""
+    good = list(case_of(fmt).seeds[:4])
+    coordinates = itemgetter("topic", "partition", "offset")
+    alone = decode_batch(spark, case_of(fmt).pipeline, _records(good))
+    records = _records([*good[:2], message, *good[2:]])
+    rows = decode_batch(spark, case_of(fmt).pipeline, records)
+    check_accounting(records, rows)
+    odd = (records[2].topic, records[2].partition, records[2].offset)
+    outcome = [(r["record_kind"], r["reason"], r["detail"]) for r in rows if coordinates(r) == odd]
+    kind, reason, detail = expected
+    assert [(k, r) for k, r, _ in outcome] == [(kind, reason)]
+    if detail is not None:
+        assert outcome[0][2] == detail
+    # The odd record shifted the later records' coordinates: compare the outcomes, not where they sit.
+    outcome_of_others = [(r["record_kind"], r["reason"]) for r in rows if coordinates(r) != odd]
+    assert sorted(outcome_of_others) == sorted((r["record_kind"], r["reason"]) for r in alone)

@@ -26,11 +26,11 @@ from pathlib import Path
 
 from cdcreplay.airflow_env import REPO
 from cdcreplay.benchmark_reference import run_reference
+from cdcreplay.progress import PIPELINE_STAGES
 
 REFERENCE_EVENTS_PER_S = {"spark (hand-written, from_json + max_by)": 196_000, "duckdb": 1_000_000}
 SPARK_REFERENCE = REFERENCE_EVENTS_PER_S["spark (hand-written, from_json + max_by)"]
 SEED = 4242
-STAGES = ("read", "decode", "compact", "type", "audit", "publish")
 
 
 def _archive(work: Path, fmt: str, events: int) -> Path:
@@ -148,11 +148,11 @@ class PeakMemory:
 def render(results: list[dict]) -> str:
     header = (
         f"{'format':15} {'records':>10} {'seconds':>8} {'events/s':>10} {'x ref':>6} {'duckdb/s':>9} {'x duck':>6} "
-        f"{'jvm MB':>6}  " + "  ".join(f"{s:>8}" for s in STAGES) + f"  {'reconcile':>9}"
+        f"{'jvm MB':>6}  " + "  ".join(f"{s:>8}" for s in PIPELINE_STAGES) + f"  {'reconcile':>9}"
     )
     lines = [header, "-" * len(header)]
     for r in results:
-        stages = "  ".join(f"{r['stages_s'].get(s, 0):>7.1f}s" for s in STAGES)
+        stages = "  ".join(f"{r['stages_s'].get(s, 0):>7.1f}s" for s in PIPELINE_STAGES)
         reconcile = f"{r['reconcile_s']:>8.1f}s" if "reconcile_s" in r else f"{'-':>9}"
         duck = r.get("duckdb")
         duck_text = f"{duck['events_per_s']:>9,} {r['ratio_to_duckdb']:>6.3f}" if duck else f"{'-':>9} {'-':>6}"

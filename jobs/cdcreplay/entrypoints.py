@@ -93,6 +93,7 @@ def reconcile_main(argv: list[str] | None = None) -> int:
     def body() -> int:
         spec = parse_spec(argv, "Reconcile snapshot epochs against the incremental state.")
         config = load_config(spec.config)
+        from cdcreplay.progress import watch_spark
         from cdcreplay.report import render_reconciliation
         from cdcreplay.spark import build_session
 
@@ -100,6 +101,7 @@ def reconcile_main(argv: list[str] | None = None) -> int:
             print("dry run: nothing was decoded, so there is nothing to reconcile")
             return EXIT_OK
         spark = build_session(f"cdcreplay-reconcile-{spec.run_id}")
+        watch_spark(spark)  # the reconcile task's log shows the Spark stages it is waiting on
         results = reconcile_pipelines(spark, config, spec)
         print(render_reconciliation(results))
         return EXIT_VERDICT_FAIL if any(r.get("verdict") == "fail" for r in results) else EXIT_OK

@@ -89,7 +89,7 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
     current = warehouse.read_current(paths)
     base_state = None
     if current and not spec.full_rebuild:
-        base_state = spark.read.parquet(str(paths.root / current["state"]))
+        base_state = read_state(spark, paths.root / current["state"])
     decode = decoder(pipeline.format)
     if REGISTRY[pipeline.format].reads_state:
         decoded = decode(selected, pipeline, base_state=base_state)
@@ -106,8 +106,8 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
     changes = _read_decoded(spark, paths, spec.run_id, KIND_CHANGE, changelog_only=True)
     version = warehouse.new_version(spec.run_id)
     state = purge_tombstones(merge_with_state(base_state, changes), pipeline.tombstone_retention_days)
-    state.write.mode("overwrite").partitionBy("table_id").parquet(str(paths.state_dir(version)))
-    state = spark.read.parquet(str(paths.state_dir(version)))
+    write_state(state, paths.state_dir(version))
+    state = read_state(spark, paths.state_dir(version))
     t = lap("compact", t, kinds["changelog_rows"], unit="changes merged")
 
     # -- typed tables, audited, then one atomic switch of the published pointer ------------------------------------
@@ -335,3 +335,20 @@ def load_summary(config: LoadedConfig, pipeline: str, run_id: str) -> dict | Non
         return json.loads(summary_path(config, pipeline, run_id).read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
+
+
+# The state is partitioned by a hash of the table id, not by the id itself: a table id comes from the data and may be
+# longer than a file name can be (MySQL allows 64 + 64 characters, 3 bytes each in UTF-8). table_id stays a column.
+STATE_PARTITION = "table_hash"
+
+
+def write_state(state: DataFrame, path: Path) -> None:
+    state.withColumn(STATE_PARTITION, F.xxhash64("table_id")).write.mode("overwrite").partitionBy(
+        STATE_PARTITION
+    ).parquet(str(path))
+
+
+def read_state(spark: SparkSession, path: Path | str) -> DataFrame:
+    """A published state (also one written when it was partitioned by table_id itself), without the partition."""
+    state = spark.read.parquet(str(path))
+    return state.drop(STATE_PARTITION) if STATE_PARTITION in state.columns else state

@@ -88,7 +88,8 @@ def unreadable_json(text: Column, parsed: Column) -> Column:
     return (
         F.when(
             F.col("value").isNull() | (F.length("value") == 0),
-            single(control(S.CONTROL_TOMBSTONE, F.col("key").cast("string"))),
+            # The detail is the key's bytes in base64 (a key need not be UTF-8), as in the Python-decoded formats.
+            single(control(S.CONTROL_TOMBSTONE, F.nullif(F.base64("key"), F.lit("")))),
         )
         .when(text.isNull(), single(quarantine(S.REASON_NOT_UTF8, "payload is not valid UTF-8 text")))
         .when(

@@ -152,8 +152,25 @@ def decoded_batch(records, record_rows: list[int], rows: list[dict], arrow_schem
     """Record batch of DECODED_DDL: the routed ``rows``, each with the Kafka record at ``record_rows[i]``.
 
     ``records`` is the Arrow batch of raw records (topic, partition, offset, timestamp, key, value); the raw bytes
-    are kept only on quarantined rows.
+    are kept only on quarantined rows. A row Arrow cannot hold (a string with a lone UTF-16 surrogate that a JSON
+    escape let through, a map with a null key) is quarantined on its own instead of failing the whole batch.
     """
+    try:
+        return _record_batch(records, record_rows, rows, arrow_schema)
+    except UNWRITABLE as error:
+        first_error = error
+    rows = [_writable(row, arrow_schema) for row in rows]
+    try:
+        return _record_batch(records, record_rows, rows, arrow_schema)
+    except UNWRITABLE as error:  # not a row's fault after all: report both failures
+        raise error from first_error
+
+
+# What building an Arrow array from Python values raises for a value its type cannot hold.
+UNWRITABLE = (UnicodeError, ValueError, TypeError, OverflowError, ArithmeticError)  # pyarrow.ArrowInvalid: ValueError
+
+
+def _record_batch(records, record_rows: list[int], rows: list[dict], arrow_schema):
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -168,11 +185,41 @@ def decoded_batch(records, record_rows: list[int], rows: list[dict], arrow_schem
         elif name in ("raw_key", "raw_value"):
             raw = columns[name.removeprefix("raw_")]
             arrays.append(pc.if_else(quarantined, raw, pa.nulls(len(rows), raw.type)).cast(field.type))
-        elif name in MAP_FIELDS:
-            arrays.append(pa.array([_pairs(row[name]) for row in rows], type=field.type))
         else:
-            arrays.append(pa.array([row[name] for row in rows], type=field.type))
+            arrays.append(_field_array([row[name] for row in rows], field))
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+
+
+def _field_array(values: list, field):
+    import pyarrow as pa
+
+    if field.name in MAP_FIELDS:
+        values = [_pairs(value) for value in values]
+    return pa.array(values, type=field.type)
+
+
+def _writable(row: dict, arrow_schema) -> dict:
+    """``row`` if Arrow can hold each of its fields, else a quarantine row saying which field and why."""
+    for field in arrow_schema:
+        if field.name not in row:
+            continue
+        try:
+            _field_array([row[field.name]], field)
+        except UnicodeError:
+            reason, problem = S.REASON_NOT_UTF8, "escapes a lone UTF-16 surrogate (\\ud800-\\udfff): not Unicode text"
+        except UNWRITABLE as error:
+            reason, problem = S.REASON_DECODE_ERROR, f"cannot be stored ({type(error).__name__}: {error})"
+        else:
+            continue
+        return {
+            **{name: None for name in row},
+            "row_index": row.get("row_index") or 0,
+            "format": row.get("format"),
+            "record_kind": KIND_QUARANTINE,
+            "reason": reason,
+            "detail": f"the decoded field {field.name} {problem}",
+        }
+    return row
 
 
 def _pairs(mapping: dict | None) -> list[tuple] | None:
