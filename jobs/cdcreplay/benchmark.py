@@ -1,6 +1,7 @@
 """Throughput of the real replay job on simulated archives: events/s per format and stage, against the reference.
 
 cdcreplay benchmark [--events 2000000] [--formats debezium-json,canal-json] [--master local[2]] [--reconcile]
+                   [--incremental]
 
 For each format: the simulator writes a Parquet archive of ``--events`` row events (kept under ``--work`` and reused
 while the parameters are unchanged), then the same ``run_pipeline`` the Spark job runs does a full rebuild: read
@@ -54,11 +55,11 @@ def _archive(work: Path, fmt: str, events: int) -> Path:
     return folder
 
 
-def _config(work: Path, fmt: str, archive: Path) -> Path:
-    path = work / f"{fmt}.yaml"
+def _config(work: Path, fmt: str, archive: Path, warehouse: str = "warehouse") -> Path:
+    path = work / f"{fmt}-{warehouse}.yaml"
     name = f"bench_{fmt.replace('-', '_')}"
     path.write_text(
-        f"warehouse: {work / 'warehouse'}\nkeep_versions: 1\npipelines:\n"
+        f"warehouse: {work / warehouse}\nkeep_versions: 1\npipelines:\n"
         f"  - name: {name}\n    format: {fmt}\n    archive: {{path: {archive}, layout: parquet}}\n",
         encoding="utf-8",
     )
@@ -87,6 +88,7 @@ def measure(spark, work: Path, fmt: str, events: int, reconcile: bool) -> dict:
         "events_per_s": round(summary["distinct_records"] / elapsed),
         "stages_s": summary["timings_s"],
         "tables": {t: info["rows"] for t, info in summary["tables"].items()},
+        "table_paths": {t: info["path"] for t, info in summary["tables"].items()},
         "quarantined": summary["decoded"]["quarantined"],
         "peak_driver_jvm_mb": memory.peak_jvm_mb,
         "peak_python_rss_mb": memory.peak_python_rss_mb(),
@@ -109,6 +111,61 @@ def measure(spark, work: Path, fmt: str, events: int, reconcile: bool) -> dict:
         if reference["latest_rows"] != live_rows:
             result["duckdb_mismatch"] = f"DuckDB kept {reference['latest_rows']} latest rows, the job {live_rows}"
     return result
+
+
+# The nightly run of the incremental measurement replays the newest tenth of the archive (by Kafka timestamp).
+NIGHTLY_SHARE = 0.1
+
+
+def measure_incremental(spark, work: Path, fmt: str, events: int, full: dict) -> dict:
+    """A nightly run (the newest tenth of the archive) onto the state built from the rest, against ``full``.
+
+    The tables it publishes must equal the full rebuild's ones, provenance included (compared with Spark).
+    """
+    from pyspark.sql import functions as F
+
+    from cdcreplay import archive as archive_files
+    from cdcreplay.config import load_config
+    from cdcreplay.pipeline import run_pipeline
+    from cdcreplay.run_spec import build_run_spec
+
+    archive = _archive(work, fmt, events)
+    config = load_config(_config(work, fmt, archive, warehouse="warehouse-incremental"))
+    pipeline = config.project.pipelines[0]
+    raw = archive_files.read_archive(spark, archive_files.archive_files(str(archive), "parquet"), "parquet")
+    cut = raw.agg(F.percentile_approx("timestamp", 1 - NIGHTLY_SHARE)).first()[0]
+    cut_text = (cut if cut.tzinfo else cut.replace(tzinfo=UTC)).isoformat()
+    history = run_pipeline(
+        spark, config, pipeline, build_run_spec(config, run_id="history", end=cut_text, full_rebuild=True)
+    )
+    with PeakMemory(spark) as memory:
+        began = time.monotonic()
+        nightly = run_pipeline(spark, config, pipeline, build_run_spec(config, run_id="nightly", start=cut_text))
+        elapsed = time.monotonic() - began
+    differing = [
+        table
+        for table, info in nightly["tables"].items()
+        if table not in full["table_paths"] or _differ(spark, info["path"], full["table_paths"][table])
+    ] + [table for table in full["table_paths"] if table not in nightly["tables"]]
+    return {
+        "state_records_before": history["distinct_records"],
+        "nightly_records": nightly["distinct_records"],
+        "nightly_s": round(elapsed, 2),
+        "full_rebuild_s": full["seconds"],
+        "speedup_vs_full": round(full["seconds"] / elapsed, 2),
+        "nightly_stages_s": nightly["timings_s"],
+        "peak_driver_jvm_mb": memory.peak_jvm_mb,
+        "identical_to_full_rebuild": not differing,
+        "differing_tables": differing,
+    }
+
+
+def _differ(spark, left: str, right: str) -> bool:
+    a, b = spark.read.parquet(left), spark.read.parquet(right)
+    if sorted(a.columns) != sorted(b.columns):
+        return True
+    b = b.select(*a.columns)
+    return a.exceptAll(b).limit(1).count() > 0 or b.exceptAll(a).limit(1).count() > 0
 
 
 class PeakMemory:
@@ -176,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--driver-memory", default="4g", help="spark.driver.memory (default 4g)")
     parser.add_argument("--work", type=Path, default=REPO / "var" / "benchmark", help="archives and warehouse")
     parser.add_argument("--reconcile", action="store_true", help="also time the reconciliation of each run")
+    parser.add_argument(
+        "--incremental", action="store_true", help="also time a nightly run (newest tenth) against the full rebuild"
+    )
     parser.add_argument("--result", type=Path, help="JSON result file (default <work>/result-<time>.json)")
     args = parser.parse_args(argv)
 
@@ -204,6 +264,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{fmt}: {args.events:,} row events", flush=True)
         results.append(measure(spark, args.work, fmt, args.events, args.reconcile))
         print(f"  {results[-1]['events_per_s']:,} events/s in {results[-1]['seconds']:.1f}s", flush=True)
+        if args.incremental:
+            results[-1]["incremental"] = incremental = measure_incremental(
+                spark, args.work, fmt, args.events, results[-1]
+            )
+            print(
+                f"  nightly run of {incremental['nightly_records']:,} records onto a state of "
+                f"{incremental['state_records_before']:,}: {incremental['nightly_s']:.1f}s, "
+                f"{incremental['speedup_vs_full']}x faster than the full rebuild, "
+                + (
+                    "identical tables"
+                    if incremental["identical_to_full_rebuild"]
+                    else f"DIFFERENT tables: {', '.join(incremental['differing_tables'])}"
+                ),
+                flush=True,
+            )
     spark.stop()
 
     print()

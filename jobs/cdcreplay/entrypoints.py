@@ -55,7 +55,6 @@ def parse_spec(argv: list[str] | None, description: str) -> RunSpec:
 def _guarded(body) -> int:
     from cdcreplay.archive import ArchiveError
     from cdcreplay.pipeline import AccountingError, QualityGateError
-    from cdcreplay.tables import TypeConflictError
     from cdcreplay.warehouse import PipelineBusyError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -64,7 +63,7 @@ def _guarded(body) -> int:
     except (ConfigError, ArchiveError) as exc:
         print(f"cdcreplay: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except (QualityGateError, AccountingError, TypeConflictError, PipelineBusyError) as exc:
+    except (QualityGateError, AccountingError, PipelineBusyError) as exc:
         # The run refused to publish what it built; the message says why and what stays published.
         print(f"cdcreplay: {exc}", file=sys.stderr)
         return EXIT_ERROR

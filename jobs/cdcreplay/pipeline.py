@@ -20,7 +20,7 @@ from cdcreplay.formats import REGISTRY, decoder
 from cdcreplay.formats.common import DECODED_DDL, KIND_CHANGE, KIND_CONTROL, KIND_QUARANTINE
 from cdcreplay.run_spec import RunSpec
 from cdcreplay.schema import CHANGELOG_COLUMNS, CONTROL_NOTE
-from cdcreplay.tables import TypeConflictError, table_layouts, typed_table, unreadable_values
+from cdcreplay.tables import table_layouts, type_conflicts, typed_table
 
 
 class AccountingError(RuntimeError):
@@ -114,13 +114,8 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
     layouts = table_layouts(state)
     tables: dict[str, dict] = {}
     for table_id, layout in sorted(layouts.items()):
-        broken = unreadable_values(state, layout)
-        if broken:
-            raise TypeConflictError(
-                f"table {table_id}: stored values do not fit the column type in {', '.join(broken)}; "
-                f"declare tables.{table_id}.column_types in the pipeline config"
-            )
         typed_table(state, layout).write.mode("overwrite").parquet(str(paths.table_dir(version, table_id)))
+    conflicts = _write_type_conflicts(spark, state, layouts, run_dir / TYPE_CONFLICTS_FOLDER)
     counts = {
         row.table_id: row.asDict()
         for row in state.groupBy("table_id")
@@ -132,8 +127,9 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
     }
     for table_id, layout in layouts.items():
         tables[table_id] = {
-            "rows": counts[table_id]["rows"],
+            "rows": counts[table_id]["rows"] - conflicts.get(table_id, 0),
             "tombstones": counts[table_id]["tombstones"],
+            "type_conflicts": conflicts.get(table_id, 0),
             "key_columns": list(layout.key_columns),
             "columns": [list(c) for c in layout.columns],
             "changes_this_run": kinds["changes_by_table"].get(table_id, 0),
@@ -161,10 +157,31 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
             "quality": quality,
             "changelog_path": decoded_path(paths, spec.run_id, KIND_CHANGE),
             "quarantine_path": decoded_path(paths, spec.run_id, KIND_QUARANTINE),
+            "type_conflicts": sum(conflicts.values()),
+            "type_conflicts_path": str(run_dir / TYPE_CONFLICTS_FOLDER),
         }
     )
     warehouse.write_json_atomically(run_dir / "summary.json", summary)
     return summary
+
+
+TYPE_CONFLICTS_FOLDER = "type_conflicts"
+
+
+def _write_type_conflicts(spark: SparkSession, state: DataFrame, layouts: dict, folder: Path) -> dict[str, int]:
+    """Write the live rows held back from the typed tables (``tables.type_conflicts``); their count per table.
+
+    They stay in the state: a later change of the key replaces them, and the next run publishes that row.
+    """
+    frames = [type_conflicts(state, layout) for _, layout in sorted(layouts.items())]
+    if not frames:
+        return {}
+    held_back = frames[0]
+    for frame in frames[1:]:
+        held_back = held_back.unionByName(frame)
+    held_back.write.mode("overwrite").parquet(str(folder))
+    written = spark.read.parquet(str(folder))
+    return {row.table_id: row["count"] for row in written.groupBy("table_id").count().collect()}
 
 
 def _audit_tables(spark: SparkSession, paths, version: str, layouts: dict, run_dir: Path) -> dict:

@@ -35,9 +35,15 @@ def render_replay(summaries: list[dict]) -> str:
             lines.append(f"  note ({count} records): {note}")
         lines.append(f"  published version {s['version']}:")
         for table_id, info in sorted(s["tables"].items()):
-            lines.append(f"    {table_id:40} {info['rows']:>10} rows  {info['tombstones']:>8} deleted keys")
+            held_back = info.get("type_conflicts")
+            lines.append(
+                f"    {table_id:40} {info['rows']:>10} rows  {info['tombstones']:>8} deleted keys"
+                + (f"  {held_back} rows held back (type conflict)" if held_back else "")
+            )
         if decoded["quarantined"]:
             lines.append(f"  quarantine: {s['quarantine_path']}")
+        if s.get("type_conflicts"):
+            lines.append(f"  rows held back by a type conflict: {s['type_conflicts_path']}")
         lines.append(f"  manifest: {s['manifest_path']}")
     return "\n".join(lines)
 

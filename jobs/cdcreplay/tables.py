@@ -4,15 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from cdcreplay.compaction import event_order
 from cdcreplay.value_types import typed_value
-
-
-class TypeConflictError(ValueError):
-    """Values that passed decoding but cannot be stored in the table's column type."""
 
 
 @dataclass(frozen=True)
@@ -51,9 +47,31 @@ def table_layouts(state: DataFrame) -> dict[str, TableLayout]:
     return layouts
 
 
+def _live_rows(state: DataFrame, layout: TableLayout) -> DataFrame:
+    return state.where((F.col("table_id") == layout.table_id) & ~F.col("deleted"))
+
+
+def conflicting_columns(layout: TableLayout) -> Column:
+    """The columns of a state row whose stored (non-NULL) value does not convert to the table's column type.
+
+    The newest declaration of a column gives its type; an older row written under another declaration still
+    holds its old text. A widening (int -> bigint, varchar(8) -> text, decimal(5,2) -> decimal(12,2)) reads every old
+    value; a change no old value survives (text 'abc' in a column now int) is a conflict.
+    """
+    after = F.col("after")
+    flags = [
+        F.when(after[name].isNotNull() & typed_value(after, name, spark_type).isNull(), F.lit(name))
+        for name, spark_type in layout.columns
+    ]
+    return F.filter(F.array(*flags), lambda column: column.isNotNull()) if flags else F.array().cast("array<string>")
+
+
 def typed_table(state: DataFrame, layout: TableLayout) -> DataFrame:
-    """Live rows of one table, one typed column per source column, then the provenance of the winning event."""
-    live = state.where((F.col("table_id") == layout.table_id) & ~F.col("deleted"))
+    """Live rows of one table, one typed column per source column, then the provenance of the winning event.
+
+    Rows with a type conflict (``conflicting_columns``) are held back: see ``type_conflicts``.
+    """
+    live = _live_rows(state, layout).where(F.size(conflicting_columns(layout)) == 0)
     return live.select(
         *[typed_value(F.col("after"), name, spark_type) for name, spark_type in layout.columns],
         F.col("op").alias("_op"),
@@ -61,20 +79,43 @@ def typed_table(state: DataFrame, layout: TableLayout) -> DataFrame:
         F.col("topic").alias("_topic"),
         F.col("partition").alias("_partition"),
         F.col("offset").alias("_offset"),
-        F.array_join(F.transform("position", lambda p: p.cast("string")), ":").alias("_position"),
+        position_text(F.col("position")).alias("_position"),
     )
 
 
-def unreadable_values(state: DataFrame, layout: TableLayout) -> list[str]:
-    """Columns where a non-NULL stored value does not convert to the column's type (e.g. a type changed mid-way)."""
-    live = state.where((F.col("table_id") == layout.table_id) & ~F.col("deleted"))
-    checks = [
-        F.sum(
-            (F.col("after")[name].isNotNull() & typed_value(F.col("after"), name, spark_type).isNull()).cast("int")
-        ).alias(name)
-        for name, spark_type in layout.columns
-    ]
-    if not checks:
-        return []
-    counts = live.agg(*checks).first().asDict()
-    return [f"{name} ({counts[name]} rows)" for name, _ in layout.columns if counts.get(name)]
+TYPE_CONFLICT = "type_conflict"
+
+
+def type_conflicts(state: DataFrame, layout: TableLayout) -> DataFrame:
+    """The live rows ``typed_table`` holds back: key, columns named with their stored text and the type they do not
+    fit, and the Kafka coordinates of the event that wrote them (so the message can be found in the archive)."""
+    types = F.create_map(*[F.lit(part) for column in layout.columns for part in column])
+    conflicts = _live_rows(state, layout).withColumn("columns", conflicting_columns(layout))
+    return conflicts.where(F.size("columns") > 0).select(
+        "table_id",
+        "key",
+        "columns",
+        F.lit(TYPE_CONFLICT).alias("reason"),
+        F.concat(
+            F.lit("stored values do not fit the column type a newer event declared: "),
+            F.array_join(
+                F.transform(
+                    "columns",
+                    lambda c: F.concat(
+                        c, F.lit(" = '"), F.substring(F.col("after")[c], 1, 60), F.lit("' does not fit "), types[c]
+                    ),
+                ),
+                "; ",
+            ),
+        ).alias("detail"),
+        "after",
+        "topic",
+        "partition",
+        "offset",
+        position_text(F.col("position")).alias("position"),
+        "event_time",
+    )
+
+
+def position_text(position: Column) -> Column:
+    return F.array_join(F.transform(position, lambda p: p.cast("string")), ":")

@@ -10,6 +10,7 @@ Layout under ``<warehouse>/<pipeline>/``::
     runs/<run_id>/decoded/record_kind=changelog/    this run's decoded row changes (input of reconciliation)
     runs/<run_id>/decoded/record_kind=quarantine/   records that could not be decoded: raw bytes, reason, coordinates
     runs/<run_id>/decoded/record_kind=control/      DDL, transaction markers, tombstones, heartbeats
+    runs/<run_id>/type_conflicts/       live rows held back from their table: a stored value no longer fits its type
     runs/<run_id>/reconcile/            diff/, metrics.json, report.md, data_docs/
 
 A reader never sees a half-written table: a run writes a new ``versions/<version>`` folder and only then swaps

@@ -144,15 +144,21 @@ class Patch:
     truncated: bool
 
 
-def _get_member(text: str | None, name: str):
-    """Member ``name`` of the JSON object ``text``, or None (also for text that is no JSON object)."""
+def _parsed_as(text: str | None, kind: type):
+    """The JSON ``text`` parsed, when it is a ``kind`` (dict, list); else None (also for text that is no JSON)."""
     if text is None:
         return None
     try:
         parsed = _loads(text)
     except ValueError:
         return None
-    return parsed.get(name) if type(parsed) is dict else None
+    return parsed if type(parsed) is kind else None
+
+
+def _get_member(text: str | None, name: str):
+    """Member ``name`` of the JSON object ``text``, or None (also for text that is no JSON object)."""
+    parsed = _parsed_as(text, dict)
+    return None if parsed is None else parsed.get(name)
 
 
 def patch(update_description: dict | None, patch_text: str | None) -> Patch | None:
@@ -160,7 +166,7 @@ def patch(update_description: dict | None, patch_text: str | None) -> Patch | No
     ``patch`` ({$set, $unset}); None when the event carries neither."""
     if update_description is not None:
         removed = update_description.get("removedFields")
-        truncated = _loads_array(as_text(update_description.get("truncatedArrays")))
+        truncated = _parsed_as(as_text(update_description.get("truncatedArrays")), list)
         updated = update_description.get("updatedFields")
         return Patch(
             "{}" if updated is None else as_text(updated),
@@ -174,13 +180,3 @@ def patch(update_description: dict | None, patch_text: str | None) -> Patch | No
         return None
     set_text = "{}" if patch_set is None else as_text(patch_set)
     return Patch(set_text, unset or [], False)
-
-
-def _loads_array(text: str | None) -> list | None:
-    if text is None:
-        return None
-    try:
-        parsed = _loads(text)
-    except ValueError:
-        return None
-    return parsed if type(parsed) is list else None

@@ -1,0 +1,114 @@
+"""Schema drift mid-replay: a column added, dropped or widened, and a type change old values cannot follow.
+
+Every message declares its columns (Canal `mysqlType`, the Debezium schema); the newest declaration of a column gives
+its type in the published table (README "Schema drift").
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+import pyarrow.parquet as pq
+from archive_helpers import Record, pipeline_config, write_parquet
+
+from cdcreplay.entrypoints import EXIT_OK, replay_main
+from cdcreplay.warehouse import PipelinePaths, read_current, read_table
+
+OLD = {"id": "int", "v": "varchar(8)", "n": "int", "gone": "int"}
+
+
+def canal(offset: int, kind: str, data: list[dict], types: dict[str, str]) -> Record:
+    message = {"data": data, "old": None, "database": "shop", "table": "t", "type": kind, "isDdl": False,
+               "pkNames": ["id"], "mysqlType": types, "es": 1000 + offset, "id": offset}  # fmt: skip
+    return Record("c", 0, offset, json.dumps(message))
+
+
+def replay(tmp_path, records: list[Record], run_id: str, folder: str) -> dict:
+    write_parquet(records, tmp_path / "archive" / folder / "p.parquet")
+    config = pipeline_config(tmp_path, "drift", "canal-json", tmp_path / "archive")
+    assert replay_main(["--config", str(config), "--run-id", run_id]) == EXIT_OK
+    summary_file = PipelinePaths(str(tmp_path / "warehouse"), "drift").run_file(run_id, "summary.json")
+    return json.loads(summary_file.read_text(encoding="utf-8"))
+
+
+def published(spark, tmp_path) -> tuple[dict[str, str], list[dict]]:
+    """The published table's column types and rows (without the provenance columns), rows by id."""
+    frame = read_table(spark, str(tmp_path / "warehouse"), "drift", "shop.t")
+    frame = frame.select(*[c for c in frame.columns if not c.startswith("_")])
+    return dict(frame.dtypes), sorted((r.asDict() for r in frame.collect()), key=lambda row: row["id"])
+
+
+def test_added_dropped_and_widened_columns(spark, tmp_path):
+    new = {"id": "int", "v": "varchar(8)", "n": "bigint", "added": "decimal(5,2)"}  # n widened, gone dropped
+    replay(
+        tmp_path,
+        [
+            canal(0, "INSERT", [{"id": "1", "v": "a", "n": "1", "gone": "10"}, {"id": "2", "v": "b", "n": "2"}], OLD),
+            # ALTER TABLE t MODIFY n bigint, DROP gone, ADD added decimal(5,2); then changes under the new schema
+            canal(1, "UPDATE", [{"id": "2", "v": "b", "n": "9000000000", "added": "1.50"}], new),
+            canal(2, "INSERT", [{"id": "3", "v": "c", "n": "3", "added": None}], new),
+        ],
+        "r1",
+        "a",
+    )
+    types, rows = published(spark, tmp_path)
+    # Widened: every old value reads as bigint. Added: NULL in rows written before it existed. Dropped: the column
+    # stays while a live row still holds a value written before the drop (row 1 has not changed since).
+    assert types == {"id": "int", "v": "string", "n": "bigint", "added": "decimal(5,2)", "gone": "int"}
+    assert rows == [
+        {"id": 1, "v": "a", "n": 1, "added": None, "gone": 10},
+        {"id": 2, "v": "b", "n": 9000000000, "added": Decimal("1.50"), "gone": None},
+        {"id": 3, "v": "c", "n": 3, "added": None, "gone": None},
+    ]
+
+    # Once no live row holds a value of the dropped column, it leaves the table.
+    replay(tmp_path, [canal(3, "UPDATE", [{"id": "1", "v": "a", "n": "1", "added": "2.00"}], new)], "r2", "b")
+    types, rows = published(spark, tmp_path)
+    assert types == {"id": "int", "v": "string", "n": "bigint", "added": "decimal(5,2)"}
+    assert rows == [
+        {"id": 1, "v": "a", "n": 1, "added": Decimal("2.00")},
+        {"id": 2, "v": "b", "n": 9000000000, "added": Decimal("1.50")},
+        {"id": 3, "v": "c", "n": 3, "added": None},
+    ]
+
+
+def test_a_type_change_old_values_cannot_follow_holds_those_rows_back_naming_the_column(spark, tmp_path):
+    retyped = {**OLD, "v": "int"}  # ALTER TABLE t MODIFY v int: the source converted its rows, the binlog says nothing
+    summary = replay(
+        tmp_path,
+        [
+            canal(0, "INSERT", [{"id": "1", "v": "abc", "n": "1"}, {"id": "2", "v": "7", "n": "2"}], OLD),
+            canal(1, "INSERT", [{"id": "3", "v": "5", "n": "3"}], retyped),
+        ],
+        "r1",
+        "a",
+    )
+    types, rows = published(spark, tmp_path)
+    assert types["v"] == "int"
+    # Row 1 is held back; "7", written when v was text, still reads as int.
+    assert rows == [{"id": 2, "v": 7, "n": 2, "gone": None}, {"id": 3, "v": 5, "n": 3, "gone": None}]
+    assert summary["tables"]["shop.t"]["rows"] == 2
+    assert summary["tables"]["shop.t"]["type_conflicts"] == 1
+    held_back = pq.read_table(summary["type_conflicts_path"]).to_pylist()
+    assert [
+        {k: row[k] for k in ("table_id", "key", "columns", "reason", "detail", "topic", "partition", "offset")}
+        for row in held_back
+    ] == [
+        {
+            "table_id": "shop.t",
+            "key": '["1"]',
+            "columns": ["v"],
+            "reason": "type_conflict",
+            "detail": "stored values do not fit the column type a newer event declared: v = 'abc' does not fit int",
+            "topic": "c",
+            "partition": 0,
+            "offset": 0,
+        }
+    ]
+
+    # The row stays in the state: its next change publishes it again.
+    summary = replay(tmp_path, [canal(2, "UPDATE", [{"id": "1", "v": "4", "n": "1"}], retyped)], "r2", "b")
+    assert summary["type_conflicts"] == 0 and summary["tables"]["shop.t"]["type_conflicts"] == 0
+    assert [(r["id"], r["v"]) for r in published(spark, tmp_path)[1]] == [(1, 4), (2, 7), (3, 5)]
+    assert read_current(PipelinePaths(str(tmp_path / "warehouse"), "drift"))["tables"]["shop.t"]["rows"] == 3
