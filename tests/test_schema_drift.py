@@ -112,3 +112,35 @@ def test_a_type_change_old_values_cannot_follow_holds_those_rows_back_naming_the
     assert summary["type_conflicts"] == 0 and summary["tables"]["shop.t"]["type_conflicts"] == 0
     assert [(r["id"], r["v"]) for r in published(spark, tmp_path)[1]] == [(1, 4), (2, 7), (3, 5)]
     assert read_current(PipelinePaths(str(tmp_path / "warehouse"), "drift"))["tables"]["shop.t"]["rows"] == 3
+
+
+def debezium(offset: int, op: str, after: dict, fields: list[tuple[str, str]]) -> Record:
+    """A Debezium MySQL change with its schema (JsonConverter schemas.enable=true); ``fields``: (column, type)."""
+    row = {"type": "struct", "optional": True, "fields": [
+        {"type": kind, "optional": name != "id", "field": name} for name, kind in fields
+    ]}  # fmt: skip
+    source = {"type": "struct", "field": "source", "fields": [
+        {"type": "string", "field": name} for name in ("db", "table", "file")
+    ] + [{"type": "int64", "field": name} for name in ("pos", "row")]}  # fmt: skip
+    schema = {"type": "struct", "fields": [{**row, "field": "before"}, {**row, "field": "after"}, source,
+                                           {"type": "string", "field": "op"}]}  # fmt: skip
+    payload = {"before": None, "after": after, "op": op,
+               "source": {"db": "shop", "table": "t", "file": "binlog.000001", "pos": 100 + offset, "row": 0}}  # fmt: skip
+    return Record(
+        "d", 0, offset, json.dumps({"schema": schema, "payload": payload}), key=json.dumps({"id": after["id"]})
+    )
+
+
+def test_the_debezium_schema_drives_the_same_rules(spark, tmp_path):
+    old = [("id", "int32"), ("n", "int32")]
+    new = [("id", "int32"), ("n", "int64"), ("note", "string")]  # n widened, note added
+    records = [
+        debezium(0, "c", {"id": 1, "n": 1}, old),
+        debezium(1, "c", {"id": 2, "n": 9000000000, "note": "x"}, new),
+    ]
+    write_parquet(records, tmp_path / "archive" / "p.parquet")
+    config = pipeline_config(tmp_path, "drift", "debezium-json", tmp_path / "archive")
+    assert replay_main(["--config", str(config), "--run-id", "r1"]) == EXIT_OK
+    types, rows = published(spark, tmp_path)
+    assert types == {"id": "int", "n": "bigint", "note": "string"}
+    assert rows == [{"id": 1, "n": 1, "note": None}, {"id": 2, "n": 9000000000, "note": "x"}]
