@@ -320,3 +320,29 @@ def test_run_reconciliation_with_base_state(spark, tmp_path):
     assert str(out / "diff") in report
     assert (out / "data_docs" / "index.html").is_file()
     assert summary["data_docs_path"] == str(out / "data_docs" / "index.html")
+
+
+def test_a_snapshot_against_a_base_state_reports_exactly_the_planted_differences(spark, tmp_path):
+    """The reconciliation the benchmark times at 5M rows, at 1,000: a published state of 1,000 keys and a later
+    snapshot read that differs every 100th key (one amount, one unread key, one key the state never had)."""
+    from cdcreplay.benchmark_reconcile import measure_reconcile
+
+    result = measure_reconcile(spark, tmp_path, rows=1000, period=100)
+
+    assert result["counts"] == {
+        "mismatch": 10,
+        "missing_in_snapshot": 10,
+        "missing_in_incremental": 10,
+        "match": 980,
+        "in_flight": 0,
+    }
+    assert result["verdict"] == "fail"
+    assert result["snapshot_rows"] == 1000
+    differences = {
+        (row.key, row.status): [tuple(d) for d in row.differing_columns]
+        for row in spark.read.parquet(result["diff"]).where("status != 'match'").collect()
+    }
+    assert differences[('["7"]', "mismatch")] == [("amount", "1.08", "1.07")]
+    assert differences[('["11"]', "missing_in_snapshot")] == []
+    assert differences[('["1000"]', "missing_in_incremental")] == []
+    assert len(differences) == 30

@@ -1,13 +1,15 @@
 """Throughput of the real replay job on simulated archives: events/s per format and stage, against the reference.
 
-cdcreplay benchmark [--events 2000000] [--formats debezium-json,canal-json] [--master local[2]] [--reconcile]
-                   [--incremental]
+cdcreplay benchmark [--events 2000000] [--formats debezium-json,canal-json|none] [--master local[2]] [--reconcile]
+                   [--incremental] [--reconcile-rows 5000000]
 
 For each format: the simulator writes a Parquet archive of ``--events`` row events (kept under ``--work`` and reused
 while the parameters are unchanged), then the same ``run_pipeline`` the Spark job runs does a full rebuild: read
 (manifest), decode (to Parquet, with accounting), compact, publish typed tables. Events are the Kafka records read.
 The reference is the hand-written Spark job of shared/environment.md (Debezium JSON, 2M events, 2 cores):
 196,000 events/s; DuckDB did the same at ~1,000,000 events/s. A JSON result file is written for comparisons.
+``--reconcile-rows N`` also times the reconciliation of an N-row snapshot against an N-row state
+(``benchmark_reconcile``).
 
 Not part of the test run: timings on a shared 2-core machine are noisy, so they are measured here, not asserted.
 """
@@ -225,10 +227,20 @@ def render(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def render_reconcile(r: dict) -> str:
+    planted = "as planted" if r["counts_as_planted"] else "NOT as planted"
+    counts = ", ".join(f"{count:,} {status}" for status, count in r["counts"].items())
+    return (
+        f"reconciliation: {r['snapshot_rows']:,} snapshot rows against {r['state_rows']:,} state rows in "
+        f"{r['seconds']:.1f}s ({r['rows_per_s']:,} rows/s; inputs written in {r['inputs_s']:.1f}s), "
+        f"verdict {r['verdict']}; {counts}: {planted}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cdcreplay benchmark", description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=2_000_000, help="row events per format (default 2,000,000)")
-    parser.add_argument("--formats", default="debezium-json,canal-json", help="comma-separated format ids")
+    parser.add_argument("--formats", default="debezium-json,canal-json", help="comma-separated format ids, or none")
     parser.add_argument("--master", default="local[2]", help="Spark master (default local[2], as the reference)")
     parser.add_argument("--driver-memory", default="4g", help="spark.driver.memory (default 4g)")
     parser.add_argument("--work", type=Path, default=REPO / "var" / "benchmark", help="archives and warehouse")
@@ -236,17 +248,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--incremental", action="store_true", help="also time a nightly run (newest tenth) against the full rebuild"
     )
+    parser.add_argument(
+        "--reconcile-rows",
+        type=int,
+        default=0,
+        help="also time reconciling a snapshot of this many rows against a state of as many (e.g. 5000000)",
+    )
     parser.add_argument("--result", type=Path, help="JSON result file (default <work>/result-<time>.json)")
     args = parser.parse_args(argv)
 
     from cdcreplay.config import KNOWN_FORMATS
 
-    formats = [f.strip() for f in args.formats.split(",") if f.strip()]
+    formats = [f.strip() for f in args.formats.split(",") if f.strip() and f.strip() != "none"]
     unknown = [f for f in formats if f not in KNOWN_FORMATS]
     if unknown:
         parser.error(f"--formats: unknown {', '.join(unknown)}; known: {', '.join(KNOWN_FORMATS)}")
     if args.events < 30:
         parser.error("--events must be at least 30")
+    if args.reconcile_rows < 0 or 0 < args.reconcile_rows < 1000:
+        parser.error("--reconcile-rows must be 0 (off) or at least 1000")
+    if not formats and not args.reconcile_rows:
+        parser.error("nothing to measure: give --formats, --reconcile-rows or both")
 
     from cdcreplay.spark import build_session
 
@@ -279,16 +301,26 @@ def main(argv: list[str] | None = None) -> int:
                 ),
                 flush=True,
             )
+    reconciliation = None
+    if args.reconcile_rows:
+        from cdcreplay.benchmark_reconcile import measure_reconcile
+
+        print(f"reconciliation: {args.reconcile_rows:,}-row snapshot against a {args.reconcile_rows:,}-row state")
+        reconciliation = measure_reconcile(spark, args.work, args.reconcile_rows)
     spark.stop()
 
     print()
-    print(render(results))
+    if results:
+        print(render(results))
+    if reconciliation:
+        print(render_reconcile(reconciliation))
     document = {
         "measured_at": datetime.now(UTC).isoformat(),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "master": args.master,
         "reference_events_per_s": REFERENCE_EVENTS_PER_S,
         "results": results,
+        "reconciliation": reconciliation,
     }
     result_path = args.result or args.work / f"result-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
     result_path.write_text(json.dumps(document, indent=2), encoding="utf-8")

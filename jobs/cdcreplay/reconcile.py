@@ -46,12 +46,14 @@ Metrics per (table_id, epoch_no): counts per status, ``snapshot_rows``, ``increm
 incremental value is live), first/last order, ``verdict`` ``pass`` when mismatch + missing_in_incremental +
 missing_in_snapshot == 0 else ``fail`` (``baseline`` for skipped baseline epochs).
 
-Implementation note: epochs are found with window functions and a driver loop that runs one small aggregation per
-epoch boundary (epochs are few); then every reconciled epoch of every table is handled in one plan: the history is
-replicated per epoch and :func:`cdcreplay.compaction.latest_rows` runs once, on a per-epoch scope of the table id.
-Column comparison uses higher-order functions over the two maps, typed with :func:`cdcreplay.value_types.typed_value`.
-Intermediate results are cut from their lineage with ``localCheckpoint`` to keep plans small. Nothing collects
-changelog rows to the driver; only one row per epoch is.
+Implementation note: a table whose snapshot never reads a key twice has one epoch, found with one narrow
+aggregation; the epochs of the other tables are found with window functions and a driver loop that runs one small
+aggregation per epoch boundary (epochs are few). Then every reconciled epoch of every table is handled in one plan:
+the history is replicated per epoch and :func:`cdcreplay.compaction.latest_rows` runs once, on a per-epoch scope
+of the table id. Column comparison uses higher-order functions over the two maps, typed with
+:func:`cdcreplay.value_types.typed_value`, for the rows whose two images differ as JSON text. Intermediate results
+are cut from their lineage with ``localCheckpoint`` to keep plans small. Nothing collects changelog rows to the
+driver; only one row per epoch is.
 """
 
 from __future__ import annotations
@@ -150,11 +152,35 @@ def _position_text(position: Column) -> Column:
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def assign_epochs(snapshot_rows: DataFrame) -> DataFrame:
-    """Snapshot rows (with ``_order``) plus ``_epoch_no``: the greedy split described in the module docstring.
+def tag_epochs(events: DataFrame) -> DataFrame:
+    """Every event once, plus ``_epoch_no``: a snapshot row's epoch (the greedy split described in the module
+    docstring), NULL for any other event.
 
-    Runs one small aggregation per epoch boundary (epochs are few); no row is collected to the driver.
+    A table whose snapshot rows never read a key twice has a single epoch, found with one narrow aggregation; only
+    the tables that re-read keys are ranked (a table's rows are ordered in one task, so ranking is what does not
+    scale).
     """
+    is_snapshot = F.coalesce(F.col("op") == schema.OP_SNAPSHOT, F.lit(False))
+    snapshots = events.filter(is_snapshot)
+    rereading = [
+        row.table_id
+        for row in snapshots.groupBy("table_id", "key")
+        .count()
+        .where(F.col("count") > 1)
+        .select("table_id")
+        .distinct()
+        .collect()
+    ]
+    reread = F.coalesce(F.col("table_id").isin(rereading), F.lit(False)) if rereading else F.lit(False)
+    tagged = events.filter(~(is_snapshot & reread)).withColumn("_epoch_no", F.when(is_snapshot, F.lit(1)))
+    if not rereading:
+        return tagged
+    return tagged.unionByName(_split_epochs(snapshots.filter(reread)))
+
+
+def _split_epochs(snapshot_rows: DataFrame) -> DataFrame:
+    """Snapshot rows of tables that re-read keys, with ``_epoch_no``: one small aggregation per epoch boundary
+    (epochs are few); no row is collected to the driver."""
     spark = snapshot_rows.sparkSession
     ranked = (
         snapshot_rows.withColumn("_rn", F.row_number().over(Window.partitionBy("table_id").orderBy("_order")))
@@ -179,7 +205,6 @@ def assign_epochs(snapshot_rows: DataFrame) -> DataFrame:
             .agg(F.min("_rn").alias("_next"))
             .collect()
         )
-    # Tables that never re-read a key have a single epoch and no bounds row.
     bounds = [
         (table, epoch_no, start, table_starts[epoch_no] if epoch_no < len(table_starts) else None)
         for table, table_starts in sorted(starts.items())
@@ -264,7 +289,7 @@ def _differing_columns(types: list[str]) -> Column:
         return carried & ~_values_equal(item["snapshot_value"], item["incremental_value"], item["type"], types)
 
     candidates = F.filter(F.transform(F.map_keys(snapshot), entry), differs)
-    return F.array_sort(
+    differing = F.array_sort(
         F.transform(
             candidates,
             lambda item: F.struct(
@@ -274,6 +299,9 @@ def _differing_columns(types: list[str]) -> Column:
             ),
         )
     ).cast(DIFFERING_COLUMNS_DDL)
+    # Most compared rows match: two images with the same JSON text have no differing column, and comparing the texts
+    # is compiled code, where the per-column comparison above is interpreted.
+    return F.when(F.to_json(snapshot) == F.to_json(incremental), _empty_differences()).otherwise(differing)
 
 
 def _reconcile_epochs(tagged: DataFrame, epochs: DataFrame, types: list[str]) -> DataFrame:
@@ -422,16 +450,10 @@ def prepare_changelog(changelog_df: DataFrame) -> DataFrame:
 def reconcile(changelog_df: DataFrame) -> ReconcileResult:
     """Reconcile every snapshot epoch of every table in ``changelog_df`` (changelog contract). See module docstring."""
     spark = changelog_df.sparkSession
-    events = prepare_changelog(changelog_df)
-    snapshots = assign_epochs(events.filter(F.col("op") == schema.OP_SNAPSHOT))
-    # Every event once, snapshot rows tagged with their epoch. Checkpointed: each epoch's plan reads it several
-    # times, and a short lineage keeps those plans small.
-    tagged = (
-        events.filter(F.col("op") != schema.OP_SNAPSHOT)
-        .withColumn("_epoch_no", F.lit(None).cast("int"))
-        .unionByName(snapshots)
-        .localCheckpoint(eager=True)
-    )
+    # Checkpointed: the epochs and each epoch's plan read the events several times, and a short lineage keeps
+    # those plans small.
+    events = prepare_changelog(changelog_df).localCheckpoint(eager=True)
+    tagged = tag_epochs(events)  # every event once, snapshot rows tagged with their epoch
 
     first_change = (
         tagged.filter(F.col("_epoch_no").isNull())
