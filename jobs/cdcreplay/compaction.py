@@ -33,30 +33,47 @@ ORDER_FIELDS = ("position", "partition", "offset", "row_index")
 
 
 def event_order() -> Column:
+    """The total order of events: the struct (position, partition, offset, row_index), compared field by field."""
     return F.struct(*[F.col(name) for name in ORDER_FIELDS])
 
 
 def _is_partial(after: Column, column_types: Column) -> Column:
     """An image that lacks some of the columns the message declares."""
-    return F.exists(F.map_keys(column_types), lambda column: ~F.map_contains_key(after, column))
+    # array_except rather than exists(... map_contains_key ...): a compiled expression, not an interpreted lambda.
+    return F.size(F.array_except(F.map_keys(column_types), F.map_keys(after))) > 0
 
 
-def latest_rows(changelog: DataFrame) -> DataFrame:
-    """Per (table_id, key): the last event, partial images completed, with ``deleted``. Changelog columns + deleted."""
+def _partial_image() -> Column:
+    return (F.col("op") != S.OP_DELETE) & _is_partial(F.col("after"), F.col("column_types"))
+
+
+def has_partial_images(changelog: DataFrame) -> bool:
+    """Whether any event of ``changelog`` carries a partial image (one scan, stopping at the first found)."""
+    return not changelog.where(F.col("op").isin(*S.ROW_OPS) & _partial_image()).isEmpty()
+
+
+def latest_rows(changelog: DataFrame, partial_images: bool | None = None) -> DataFrame:
+    """Per (table_id, key): the last event, partial images completed, with ``deleted``. Changelog columns + deleted.
+
+    ``partial_images`` False says no event of ``changelog`` has a partial image (a caller that already knows);
+    None finds out with :func:`has_partial_images` -- a scan of the input, not of the compacted result, which
+    would compute the whole compaction twice.
+    """
     rows = changelog.where(F.col("op").isin(*S.ROW_OPS) & F.col("key").isNotNull())
     columns = list(S.CHANGELOG_COLUMNS)
     last = (
         rows.groupBy("table_id", "key").agg(F.max_by(F.struct(*columns), event_order()).alias("last")).select("last.*")
     )
-    last = _complete_partial_images(rows, last)
+    if partial_images is None:
+        partial_images = has_partial_images(rows)
+    if partial_images:
+        last = _complete_partial_images(rows, last)
     last = _apply_truncates(changelog, last)
     return last.withColumn("deleted", F.col("op") == S.OP_DELETE)
 
 
 def _complete_partial_images(rows: DataFrame, last: DataFrame) -> DataFrame:
-    partial = last.where((F.col("op") != S.OP_DELETE) & _is_partial(F.col("after"), F.col("column_types")))
-    if partial.isEmpty():
-        return last
+    partial = last.where(_partial_image())
     # Fold the key's images in order, restarting at every delete, so absent columns keep their last known value.
     history = (
         rows.join(partial.select("table_id", "key"), ["table_id", "key"])

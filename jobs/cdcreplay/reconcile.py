@@ -68,6 +68,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from cdcreplay import schema
+from cdcreplay.compaction import ORDER_FIELDS, event_order, has_partial_images, latest_rows
 
 STATUS_MATCH = "match"
 STATUS_MISMATCH = "mismatch"
@@ -81,7 +82,6 @@ VERDICT_PASS = "pass"
 VERDICT_FAIL = "fail"
 VERDICT_BASELINE = "baseline"
 
-ORDER_FIELDS = ("position", "partition", "offset", "row_index")
 
 DIFFERING_COLUMNS_DDL = "array<struct<column: string, snapshot_value: string, incremental_value: string>>"
 DIFF_DDL = (
@@ -131,11 +131,6 @@ class ReconcileResult:
         """Drop the cached diff once it has been written."""
         if self._cached is not None:
             self._cached.unpersist()
-
-
-def event_order() -> Column:
-    """The total order of events: the struct (position, partition, offset, row_index), compared field by field."""
-    return F.struct(*[F.col(name) for name in ORDER_FIELDS])
 
 
 def _order_text(order: Column) -> Column:
@@ -304,10 +299,9 @@ def _differing_columns(types: list[str]) -> Column:
     return F.when(F.to_json(snapshot) == F.to_json(incremental), _empty_differences()).otherwise(differing)
 
 
-def _reconcile_epochs(tagged: DataFrame, epochs: DataFrame, types: list[str]) -> DataFrame:
-    """Diff rows (plus ``_incremental_live``) of every epoch that is not a baseline."""
-    from cdcreplay.compaction import latest_rows
-
+def _reconcile_epochs(tagged: DataFrame, epochs: DataFrame, types: list[str], partial_images: bool) -> DataFrame:
+    """Diff rows (plus ``_incremental_live``) of every epoch that is not a baseline. ``partial_images``: whether
+    any event of ``tagged`` has a partial image (the history's images then need completing)."""
     epoch = F.broadcast(
         epochs.filter(~F.col("_baseline")).select(
             "table_id",
@@ -357,7 +351,9 @@ def _reconcile_epochs(tagged: DataFrame, epochs: DataFrame, types: list[str]) ->
     scoped = history.filter(F.col("_order") < F.col("_cutoff")).select(
         *[F.col("_scope").alias("table_id") if c == "table_id" else F.col(c) for c in schema.CHANGELOG_COLUMNS]
     )
-    latest = latest_rows(scoped).withColumnRenamed("table_id", "_scope").withColumn("_order", event_order())
+    latest = (
+        latest_rows(scoped, partial_images).withColumnRenamed("table_id", "_scope").withColumn("_order", event_order())
+    )
     incremental = latest.join(epoch.select("_scope", "table_id", "_e"), "_scope").select(
         *_SCOPED_KEY,
         F.col("after").alias("_i_after"),
@@ -442,8 +438,12 @@ def prepare_changelog(changelog_df: DataFrame) -> DataFrame:
     """The changelog columns in contract order and types, exact duplicate events dropped, plus ``_order``."""
     contract = schema.struct_type(schema.CHANGELOG_DDL)
     df = changelog_df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in contract.fields])
-    # The same record archived twice is the same event; it must not open a snapshot epoch of its own.
-    df = df.dropDuplicates(["table_id", "key", "op", *ORDER_FIELDS])
+    # The same record archived twice is the same event; it must not open a snapshot epoch of its own. Looking for
+    # duplicates on the identity columns alone is a narrow aggregation; deduplicating whole rows (images included)
+    # is a wide one, done only when there is something to drop.
+    identity = ["table_id", "key", "op", *ORDER_FIELDS]
+    if not df.groupBy(*identity).count().where(F.col("count") > 1).isEmpty():
+        df = df.dropDuplicates(identity)
     return df.withColumn("_order", event_order())
 
 
@@ -509,7 +509,7 @@ def reconcile(changelog_df: DataFrame) -> ReconcileResult:
     epochs = spark.createDataFrame(epoch_rows, epochs_query.schema).drop("_types")
     if any(not row._baseline for row in epoch_rows):
         types = _comparable_types([t for row in epoch_rows if not row._baseline for t in row._types])
-        internal = _reconcile_epochs(tagged, epochs, types)
+        internal = _reconcile_epochs(tagged, epochs, types, has_partial_images(tagged))
     else:
         internal = spark.createDataFrame([], f"{DIFF_DDL}, _incremental_live boolean")
     internal = internal.persist(StorageLevel.MEMORY_AND_DISK)
