@@ -460,3 +460,20 @@ def test_config_helpers_round_trip(tmp_path):
     config = load_config(write_config(tmp_path / "p.yaml", tmp_path / "w", tmp_path / "a"))
     assert [p.name for p in config.project.pipelines] == list(PIPELINES)
     assert config.warehouse == str(tmp_path / "w")
+
+
+def test_embedded_airflow_waits_a_minute_for_the_sqlite_write_lock(tmp_path):
+    """Scheduler, dag-processor, api-server and a CLI backfill share one SQLite file; sqlite3's default 5 s wait for
+    its write lock failed `airflow backfill create` on a loaded machine ("database is locked")."""
+    from cdcreplay.airflow_env import SQLITE_CONNECT_ARGS
+
+    env = airflow_env(tmp_path, tmp_path / "pipelines.yaml")
+    probe = (
+        "from airflow import settings\n"
+        "cursor = settings.engine.raw_connection().cursor()\n"
+        "print(cursor.execute('PRAGMA busy_timeout').fetchone()[0])\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True
+    )
+    assert result.stdout.split()[-1] == str(SQLITE_CONNECT_ARGS["timeout"] * 1000)
