@@ -30,7 +30,7 @@ MISMATCH_AT = 7
 UNREAD_AT = 11
 
 
-def _rows(spark: SparkSession, ids: DataFrame, op: str, position_offset: int, amount_cents: Column) -> DataFrame:
+def _rows(ids: DataFrame, op: str, position_offset: int, amount_cents: Column) -> DataFrame:
     """Changelog rows of TABLE_ID for the ``id`` column of ``ids``, at positions id + position_offset."""
     key_id = F.col("id").cast("string")
     amount = F.format_string("%d.%02d", (amount_cents / 100).cast("long"), amount_cents % 100)
@@ -81,13 +81,13 @@ def write_inputs(spark: SparkSession, work: Path, rows: int, period: int = DIFFE
     shutil.rmtree(work, ignore_errors=True)
     state_ids = spark.range(rows)
     amount_cents = F.col("id") % 1_000_000 + 100
-    state = _rows(spark, state_ids, S.OP_INSERT, 0, amount_cents).withColumn("deleted", F.lit(False))
+    state = _rows(state_ids, S.OP_INSERT, 0, amount_cents).withColumn("deleted", F.lit(False))
     write_state(state, state_path)
 
     phase = F.col("id") % period
     read = spark.range(rows + rows // period).where((F.col("id") >= rows) | (phase != UNREAD_AT))
     snapshot_cents = F.when((F.col("id") < rows) & (phase == MISMATCH_AT), amount_cents + 1).otherwise(amount_cents)
-    _rows(spark, read, S.OP_SNAPSHOT, rows, snapshot_cents).write.mode("overwrite").parquet(str(changelog_path))
+    _rows(read, S.OP_SNAPSHOT, rows, snapshot_cents).write.mode("overwrite").parquet(str(changelog_path))
     return state_path, changelog_path
 
 

@@ -554,7 +554,9 @@ def read_changelog(spark: SparkSession, changelog_path: str | list[str], base_st
     changelog = spark.read.parquet(*[str(p) for p in paths]).select(*columns)
     if not base_state_path:
         return changelog
-    base = spark.read.parquet(str(base_state_path))
+    from cdcreplay.pipeline import read_state
+
+    base = read_state(spark, base_state_path)
     # The base state is the compacted result of earlier runs: one row per key, tombstones flagged `deleted`.
     # A row whose winning event was a snapshot read is still plain state here, not part of any epoch of this run:
     # relabel it as an insert (its image is complete) and tombstones as deletes.

@@ -63,7 +63,7 @@ def conflicting_columns(layout: TableLayout) -> Column:
         F.when(after[name].isNotNull() & typed_value(after, name, spark_type).isNull(), F.lit(name))
         for name, spark_type in layout.columns
     ]
-    return F.filter(F.array(*flags), lambda column: column.isNotNull()) if flags else F.array().cast("array<string>")
+    return F.array_compact(F.array(*flags)) if flags else F.array().cast("array<string>")
 
 
 def typed_table(state: DataFrame, layout: TableLayout) -> DataFrame:

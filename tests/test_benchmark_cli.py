@@ -1,0 +1,25 @@
+"""`cdcreplay benchmark` refuses bad arguments before it starts Spark, naming the argument and what it accepts."""
+
+from __future__ import annotations
+
+import pytest
+
+from cdcreplay.benchmark import main
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--formats", "debezium-jsn"], "--formats: unknown debezium-jsn; known: "),
+        (["--events", "10"], "--events must be at least 30"),
+        (["--reconcile-rows", "500"], "--reconcile-rows must be 0 (off) or at least 1000"),
+        (["--reconcile-rows", "-1"], "--reconcile-rows must be 0 (off) or at least 1000"),
+        (["--formats", "none"], "nothing to measure: give --formats, --reconcile-rows or both"),
+    ],
+)
+def test_bad_arguments_are_refused_with_a_message(argv, message, capsys, tmp_path):
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--work", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # refused before anything was written
