@@ -11,6 +11,7 @@ from cdcreplay.benchmark import main
     ("argv", "message"),
     [
         (["--formats", "debezium-jsn"], "--formats: unknown debezium-jsn; known: "),
+        (["--formats", "debezium-json,drs-dds-json"], "--formats: the simulator writes no drs-dds-json archive, so it"),
         (["--events", "10"], "--events must be at least 30"),
         (["--reconcile-rows", "500"], "--reconcile-rows must be 0 (off) or at least 1000"),
         (["--reconcile-rows", "-1"], "--reconcile-rows must be 0 (off) or at least 1000"),
