@@ -117,3 +117,25 @@ def test_invalid_suite_names_file_and_expectation(spark, tmp_path):
         quality.run_suite(df, "broken", expectations_dir=tmp_path)
     with pytest.raises(FileNotFoundError, match="expectation suite 'absent' not found"):
         quality.run_suite(df, "absent", expectations_dir=tmp_path)
+
+
+def test_great_expectations_is_imported_in_the_background_once(tmp_path):
+    """A run starts the slow GX import early on a daemon thread; it runs once per process and loads GX for real."""
+    import subprocess
+    import sys
+
+    program = (
+        "import sys\n"
+        "from cdcreplay import quality\n"
+        "assert 'great_expectations' not in sys.modules\n"
+        "quality.import_in_background()\n"
+        "first = quality._importer\n"
+        "quality.import_in_background()\n"
+        "assert quality._importer is first, 'a second call starts no second import'\n"
+        "first.join(timeout=120)\n"
+        "import great_expectations\n"
+        "print(great_expectations.__version__, first.name)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1.24.1", "import-great-expectations"]

@@ -13,7 +13,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from cdcreplay import archive, progress, warehouse
+from cdcreplay import archive, progress, quality, warehouse
 from cdcreplay.compaction import merge_with_state, purge_tombstones
 from cdcreplay.config import LoadedConfig, PipelineConfig
 from cdcreplay.formats import REGISTRY, decoder
@@ -45,6 +45,8 @@ def decoded_path(paths: warehouse.PipelinePaths, run_id: str, kind: str) -> str:
 def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineConfig, spec: RunSpec) -> dict:
     """Run one pipeline for ``spec``; return (and write) its summary."""
     started = time.time()
+    if not spec.dry_run:
+        quality.import_in_background()  # the audit stage needs GX: import it while Spark reads and decodes
     paths = warehouse.PipelinePaths(config.warehouse, pipeline.name)
     run_dir = paths.run_dir(spec.run_id)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -139,8 +141,8 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
     t = lap("type", t, len(tables), unit="tables typed")
 
     # -- audit before publish: a table that fails its suite is never published; readers keep the previous version --
-    quality = _audit_tables(spark, paths, version, layouts, run_dir)
-    t = lap("audit", t, len(quality["tables"]), len(layouts), "tables passed")
+    audit = _audit_tables(spark, paths, version, layouts, run_dir)
+    t = lap("audit", t, len(audit["tables"]), len(layouts), "tables passed")
     pointer = warehouse.publish(paths, version, tables, spec.run_id, config.project.keep_versions)
     lap("publish", t, len(pointer["tables"]), unit="tables published")
 
@@ -154,7 +156,7 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
                 tid: {**info, "path": str(paths.root / pointer["tables"][tid]["path"])} for tid, info in tables.items()
             },
             "decoded": kinds,
-            "quality": quality,
+            "quality": audit,
             "changelog_path": decoded_path(paths, spec.run_id, KIND_CHANGE),
             "quarantine_path": decoded_path(paths, spec.run_id, KIND_QUARANTINE),
             "type_conflicts": sum(conflicts.values()),
@@ -186,23 +188,24 @@ def _write_type_conflicts(spark: SparkSession, state: DataFrame, layouts: dict, 
 
 def _audit_tables(spark: SparkSession, paths, version: str, layouts: dict, run_dir: Path) -> dict:
     """Run the latest_state suite (key columns not null, unique) on every typed table written for ``version``."""
-    from cdcreplay.quality import SUITE_LATEST_STATE, validate_latest_state
-
     data_docs = run_dir / "quality" / "data_docs"
     results = {}
     for table_id, layout in sorted(layouts.items()):
         frame = spark.read.parquet(str(paths.table_dir(version, table_id)))
-        outcome = validate_latest_state(frame, list(layout.key_columns), data_docs_dir=data_docs, table_id=table_id)
+        outcome = quality.validate_latest_state(
+            frame, list(layout.key_columns), data_docs_dir=data_docs, table_id=table_id
+        )
         results[table_id] = {"success": outcome.success, "failed": outcome.failed}
     failed = {table_id: r["failed"] for table_id, r in results.items() if not r["success"]}
     if failed:
         shutil.rmtree(paths.version_dir(version), ignore_errors=True)
         problems = "; ".join(f"{table_id}: {', '.join(f)}" for table_id, f in failed.items())
         raise QualityGateError(
-            f"suite {SUITE_LATEST_STATE} failed, nothing was published and the previous version stays: {problems}. "
+            f"suite {quality.SUITE_LATEST_STATE} failed, nothing was published and the previous version stays: "
+            f"{problems}. "
             f"Data Docs: {data_docs / 'index.html'}"
         )
-    return {"suite": SUITE_LATEST_STATE, "tables": results, "data_docs_path": str(data_docs / "index.html")}
+    return {"suite": quality.SUITE_LATEST_STATE, "tables": results, "data_docs_path": str(data_docs / "index.html")}
 
 
 def _read_decoded(spark: SparkSession, paths, run_id: str, kind: str, changelog_only: bool = False) -> DataFrame:

@@ -17,15 +17,20 @@ given, the context's expectation and validation-result stores are files under ``
 is built into ``<data_docs_dir>`` itself, so successive runs into the same folder (the diff suite, then one
 latest-state suite per table, possibly from other processes) all appear in one ``index.html``.
 
-``import great_expectations`` takes seconds, so it is imported inside the functions that need it.
+``import great_expectations`` takes seconds (8-15 s on the 2-core machines here), so it is imported inside the functions
+that need it, and a run that will need it starts the import early with :func:`import_in_background`: the driver's
+Python is idle while Spark decodes and compacts in the JVM, so the import overlaps with that work.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import importlib
 import json
 import os
 import re
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +39,26 @@ SUITE_RECONCILIATION_DIFF = "reconciliation_diff"
 SUITE_LATEST_STATE = "latest_state"
 _PARAMETER = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9_.\-]")
+
+
+def import_in_background() -> None:
+    """Start importing great_expectations in a daemon thread, once per process; the first use then finds it loaded
+    (or waits for the rest of the import: Python's import lock makes a concurrent ``import`` wait, not import twice).
+    A failed import is left for that first use to report."""
+    global _importer
+    with _importer_lock:
+        if _importer is None:
+            _importer = threading.Thread(target=_import_quietly, name="import-great-expectations", daemon=True)
+            _importer.start()
+
+
+def _import_quietly() -> None:
+    with contextlib.suppress(Exception):  # a failure shows again, with its traceback, where GX is used
+        importlib.import_module("great_expectations")
+
+
+_importer: threading.Thread | None = None
+_importer_lock = threading.Lock()
 
 
 def default_expectations_dir() -> Path:

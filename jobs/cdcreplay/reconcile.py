@@ -664,6 +664,7 @@ def run_reconciliation(
     from cdcreplay import quality
     from cdcreplay.warehouse import write_json_atomically
 
+    quality.import_in_background()  # the diff suite needs GX: import it while Spark reconciles
     out = Path(run_dir) / "reconcile"
     diff_path = out / "diff"
     data_docs = out / "data_docs"
