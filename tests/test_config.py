@@ -134,3 +134,78 @@ def test_run_parameter_errors(tmp_path, params, message):
 def test_run_id_without_usable_characters():
     with pytest.raises(ConfigError, match=r"run_id '::' has no usable characters"):
         safe_run_id("::")
+
+
+FORMAT_CHECKS = [
+    (
+        "dts-shareplex-json",
+        "",
+        "pipeline p: dts-shareplex-json messages carry no primary key; declare tables.<SCHEMA.TABLE>.primary_key and "
+        "tables.<SCHEMA.TABLE>.column_types (every column) for each replicated table",
+    ),
+    (
+        "dts-shareplex-json",
+        "tables: {HR.EMP: {primary_key: [ID]}}",
+        "pipeline p: tables.HR.EMP.column_types is missing; dts-shareplex-json updates carry only the changed columns",
+    ),
+    ("dts-avro", "", "pipeline p: dts-avro needs options.writer_schema, the path of DTS's Record.avsc"),
+    (
+        "dts-avro",
+        "options: {writer_schema: nope.avsc}",
+        "pipeline p: options.writer_schema: Avro schema file {dir}/nope.avsc does not exist; fix the path",
+    ),
+    ("drs-avro", "options: {writer_schema: broken.avsc}", "pipeline p: options.writer_schema: Avro schema file "),
+    (
+        "dataworks-json",
+        "options: {time_zone: Mars/Olympus}",
+        "pipeline p: options.time_zone 'Mars/Olympus' is not a time zone; use an offset like '+08:00'",
+    ),
+    (
+        "drs-json-c",
+        "options: {timestamp_zone: Mars/Olympus}",
+        "pipeline p: options.timestamp_zone 'Mars/Olympus' is not a time zone; use a region like 'Asia/Shanghai'",
+    ),
+    (
+        "debezium-avro",
+        "options: {schema_registry_export: missing.json}",
+        "pipeline p: schema-registry export {dir}/missing.json does not exist; fix options.schema_registry_export",
+    ),
+    (
+        "qlik-avro",
+        "options: {schema_registry_export: missing.json}",
+        "pipeline p: schema-registry export {dir}/missing.json does not exist; fix options.schema_registry_export",
+    ),
+]
+
+
+@pytest.mark.parametrize(("fmt", "extra", "message"), FORMAT_CHECKS)
+def test_a_format_specific_config_problem_is_refused_before_any_work(tmp_path, fmt, extra, message):
+    """What only the format knows (keys it does not carry, a writer schema, a zone) is checked with the run's
+    parameters -- the Airflow validate task and the CLI refuse the run before a record is read."""
+    (tmp_path / "broken.avsc").write_text('{"type": "record"', encoding="utf-8")
+    text = f"warehouse: wh\npipelines:\n  - name: p\n    format: {fmt}\n    archive: {{path: archive}}\n"
+    config = load_config(write(tmp_path, text + (f"    {extra}\n" if extra else "")))
+    with pytest.raises(ConfigError) as error:
+        build_run_spec(config, run_id="r1")
+    assert message.format(dir=tmp_path) in str(error.value)
+
+
+def test_format_checks_cover_only_the_pipelines_a_run_selects(tmp_path):
+    text = """
+    warehouse: wh
+    pipelines:
+      - {name: good, format: canal-json, archive: {path: archive}}
+      - {name: bad, format: dts-avro, archive: {path: archive}}
+    """
+    config = load_config(write(tmp_path, text))
+    assert build_run_spec(config, run_id="r1", pipelines=["good"]).pipelines == ("good",)
+    with pytest.raises(ConfigError, match=r"pipeline bad: dts-avro needs options\.writer_schema"):
+        build_run_spec(config, run_id="r1")
+
+
+def test_cdcreplay_validate_runs_the_format_checks_too(tmp_path, capsys):
+    from cdcreplay.cli import main
+
+    text = "warehouse: wh\npipelines:\n  - {name: p, format: drs-json-c, archive: {path: archive}, options: {timestamp_zone: Mars/Olympus}}\n"
+    assert main(["validate", "--config", str(write(tmp_path, text))]) == 2
+    assert "pipeline p: options.timestamp_zone 'Mars/Olympus' is not a time zone" in capsys.readouterr().err

@@ -140,8 +140,11 @@ def main(argv: list[str] | None = None) -> int:
         parser = argparse.ArgumentParser(prog=f"cdcreplay {command}")
         parser.add_argument("--config", required=True)
         if command == "validate":
+            from cdcreplay.formats import check_config
+
             config = load_config(parser.parse_args(rest).config)
             for p in config.project.pipelines:
+                check_config(p)  # what only the format knows: declared keys, writer schemas, zones
                 print(f"{p.name}: {p.format} from {config.archive_path(p)} ({p.archive.layout})")
             print(f"warehouse: {config.warehouse}")
             return 0

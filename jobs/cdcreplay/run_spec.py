@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
 from cdcreplay.config import KAFKA_TOPIC, KAFKA_TOPIC_RULE, SAFE_NAME, SAFE_NAME_RULE, ConfigError, LoadedConfig
+from cdcreplay.formats import check_config
 
 RUN_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
 
@@ -166,6 +167,9 @@ def build_run_spec(
         if name not in declared:
             known = ", ".join(sorted(declared))
             raise ConfigError(f"parameter pipelines: {name!r} is not declared in {config.path}; declared: {known}")
+    for pipeline in config.project.pipelines:
+        if not pipeline_names or pipeline.name in pipeline_names:
+            check_config(pipeline)  # the format's own checks (declared keys, writer schemas, zones): before any work
     start_text = _parse_time(str(start), "start").isoformat() if start else None
     end_text = _parse_time(str(end), "end").isoformat() if end else None
     if start_text and end_text and start_text >= end_text:

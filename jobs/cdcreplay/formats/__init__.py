@@ -144,6 +144,17 @@ def decoder(format_id: str) -> Callable:
     return importlib.import_module(REGISTRY[format_id].module).decode
 
 
+def check_config(pipeline) -> None:
+    """The format's own checks of a pipeline's config, for what option kinds cannot say (keys a format does not carry,
+    a writer schema that must parse, a time zone that must exist). A decoder module that needs them defines
+    ``check_config(pipeline)`` raising ``ConfigError``; ``run_spec.build_run_spec`` runs it before any record is read,
+    so the Airflow validate task and the CLI refuse such a config up front. Imports the decoder module (pyspark's
+    Python package, no Spark)."""
+    check = getattr(importlib.import_module(REGISTRY[pipeline.format].module), "check_config", None)
+    if check is not None:
+        check(pipeline)
+
+
 def option_error(format_id: str, name: str, value) -> str | None:
     """Why ``options.<name>: <value>`` is not valid for ``format_id`` (with the fix), or None when it is."""
     spec = REGISTRY.get(format_id)

@@ -85,6 +85,10 @@ PARTNER = "struct<image: map<string,string>, partition: int, offset: bigint>"
 OFFSET_ZONE = re.compile(r"^[+-]\d{2}:\d{2}$")
 
 
+def check_config(pipeline: PipelineConfig) -> None:
+    time_zone_of(pipeline)
+
+
 def time_zone_of(pipeline: PipelineConfig) -> str:
     """The ``time_zone`` option, checked before work: Spark would fail on an unknown zone mid-run."""
     zone = str(pipeline.options.get("time_zone", "UTC"))

@@ -23,7 +23,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame
 
 from cdcreplay import schema as S
-from cdcreplay.config import PipelineConfig
+from cdcreplay.config import ConfigError, PipelineConfig
 from cdcreplay.formats.avro_connect import ConnectRenderer
 from cdcreplay.formats.avro_wire import AvroWire
 from cdcreplay.formats.debezium_events import SchemaInfo, event_entries, schema_info
@@ -125,6 +125,14 @@ class ConfluentSchemas:
         if found is None or found.schema is not schema:
             found = self._renderers[id(schema)] = ConnectRenderer(schema)
         return found
+
+
+def check_config(pipeline: PipelineConfig) -> None:
+    """A configured schema-registry export that is missing or unreadable stops the run before any record is read."""
+    try:
+        schemas_for(pipeline)
+    except RegistryExportError as error:
+        raise ConfigError(f"pipeline {pipeline.name}: {error}") from None
 
 
 def schemas_for(pipeline: PipelineConfig) -> ConfluentSchemas:

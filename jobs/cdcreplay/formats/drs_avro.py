@@ -37,8 +37,8 @@ from decimal import Decimal
 from pyspark.sql import DataFrame
 
 from cdcreplay import schema as S
-from cdcreplay.config import PipelineConfig
-from cdcreplay.formats.avro_wire import AvroWire
+from cdcreplay.config import ConfigError, PipelineConfig
+from cdcreplay.formats.avro_wire import AvroSchemaError, AvroWire, load_schema
 from cdcreplay.formats.python_rows import (
     DecodeError,
     RawRecord,
@@ -232,6 +232,16 @@ def record_entries(record: dict, keys_by_table: dict[str, list[str]]) -> list[di
         delete_old_key = change(S.OP_DELETE, after=None, before=before, **common)
         return [delete_old_key, change(op, after=after, before=before, **common)]
     return [change(op, after=after, before=before, **common)]
+
+
+def check_config(pipeline: PipelineConfig) -> None:
+    """A configured writer schema that is missing or broken stops the run before any record is read."""
+    path = pipeline.options.get("writer_schema")
+    if path:
+        try:
+            load_schema(str(path))
+        except AvroSchemaError as error:
+            raise ConfigError(f"pipeline {pipeline.name}: options.writer_schema: {error}") from None
 
 
 def wire_of(pipeline: PipelineConfig) -> AvroWire:

@@ -44,13 +44,13 @@ MySQL type names map with :func:`cdcreplay.value_types.mysql_type_to_spark`; Pos
 from __future__ import annotations
 
 from dataclasses import dataclass
-from zoneinfo import ZoneInfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from cdcreplay import schema as S
-from cdcreplay.config import PipelineConfig
+from cdcreplay.config import ConfigError, PipelineConfig
 from cdcreplay.formats.canal_json import DDL_TYPES, ROW_TYPES
 from cdcreplay.formats.common import (
     KIND_CHANGE,
@@ -354,10 +354,23 @@ def _entries_of_row(row, old, lost, row_op, index, keys, common) -> Column:
     )
 
 
+def timestamp_zone_of(pipeline: PipelineConfig) -> str:
+    """The ``timestamp_zone`` option (JSON-C writes MySQL TIMESTAMP as wall-clock text in it), checked before work."""
+    zone = str(pipeline.options.get("timestamp_zone", "UTC"))
+    try:
+        ZoneInfo(zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ConfigError(
+            f"pipeline {pipeline.name}: options.timestamp_zone {zone!r} is not a time zone; use a region like "
+            "'Asia/Shanghai' (the zone of the source MySQL's time_zone setting)"
+        ) from None
+    return zone
+
+
 def decode_variant(records: DataFrame, pipeline: PipelineConfig, variant: Variant) -> DataFrame:
     zone = str(pipeline.options.get("timestamp_zone", "UTC"))
     if variant.mysql_timestamp == "wall_clock":
-        ZoneInfo(zone)  # an unknown zone stops the run here, naming it, before any record is read
+        timestamp_zone_of(pipeline)  # an unknown zone stops the run before any record is read
     text = text_payload(F.col("value"))
     parsed = F.from_json(text, VALUE_SCHEMA, {"columnNameOfCorruptRecord": "_corrupt_record", "mode": "PERMISSIVE"})
     m = F.col("m")

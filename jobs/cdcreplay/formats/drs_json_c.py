@@ -5,9 +5,13 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 
 from cdcreplay.config import PipelineConfig
-from cdcreplay.formats.drs_json import FORMAT_JSON_C, VARIANTS, decode_variant
+from cdcreplay.formats.drs_json import FORMAT_JSON_C, VARIANTS, decode_variant, timestamp_zone_of
 
 FORMAT_ID = FORMAT_JSON_C
+
+
+def check_config(pipeline: PipelineConfig) -> None:
+    timestamp_zone_of(pipeline)
 
 
 def decode(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:

@@ -252,6 +252,10 @@ def decode_record(reader: DtsReader, configured: dict[str, dict[str, str]], raw:
     raise DecodeError(S.REASON_UNKNOWN_OP, f"operation {operation!r} is not a DTS operation this decoder knows")
 
 
+def check_config(pipeline: PipelineConfig) -> None:
+    reader_of(pipeline)
+
+
 def reader_of(pipeline: PipelineConfig) -> DtsReader:
     """The writer schema is needed before any record is read: a missing or broken one stops the run up front."""
     path = pipeline.options.get("writer_schema")

@@ -25,6 +25,7 @@ from pyspark.sql import functions as F
 from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
 from cdcreplay.formats.debezium_avro import ConfluentSchemas, schemas_for
+from cdcreplay.formats.debezium_avro import check_config as check_config  # the same registry options
 from cdcreplay.formats.python_rows import DecodeError, RawRecord
 from cdcreplay.formats.qlik_envelope import (
     DATA_NAMESPACE,
