@@ -162,3 +162,16 @@ def test_offset_range_outside_the_archive_is_rejected(spark, tmp_path):
     with pytest.raises(archive.ArchiveError, match=r"the topic is not in the archive"):
         archive.check_offset_ranges((OffsetRange("nope", 0, 0, 1),), extents)
     archive.check_offset_ranges((OffsetRange("shop", 0, 3, 50),), extents)  # overlapping is fine
+
+
+def test_an_archive_of_one_file_is_spread_over_every_core(spark, tmp_path):
+    """One Parquet file of one row group is one scan task: decoding it would use one core of the machine."""
+    path = write_parquet(sample_records(), tmp_path / "one.parquet")
+    raw = archive.read_archive(spark, [str(path)], "parquet")
+    assert raw.rdd.getNumPartitions() == 1
+
+    spread = archive.spread_over_cores(raw, 2)
+
+    assert spread.rdd.getNumPartitions() == 2
+    assert as_tuples(spread) == as_tuples(raw)  # the same records, none lost or doubled
+    assert archive.spread_over_cores(spread, 2) is spread  # enough partitions already: no shuffle added

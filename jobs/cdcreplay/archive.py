@@ -218,6 +218,16 @@ def deduplicate(raw: DataFrame) -> DataFrame:
     return raw.dropDuplicates(["topic", "partition", "offset"])
 
 
+def spread_over_cores(records: DataFrame, cores: int) -> DataFrame:
+    """``records`` in at least ``cores`` partitions. A scan makes one task per file split, and a Parquet file splits no
+    finer than its row groups: an archive of one or a few large files would be decoded by one or a few cores while
+    the rest idle (decoding is CPU-bound, most of all in Python). Records are independent of each other here --
+    each decoded row keeps its Kafka coordinates, which give the order -- so a round-robin shuffle is safe."""
+    if records.rdd.getNumPartitions() >= cores:
+        return records
+    return records.repartition(cores)
+
+
 def build_manifest(files: list[str], extents: list[dict], gaps: list[dict], selection: Selection) -> dict:
     return {
         "files": files,

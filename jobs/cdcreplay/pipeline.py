@@ -86,6 +86,7 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
     # -- decode: one pass over the archive, routed to changelog / control / quarantine -----------------------------
     if manifest["duplicates"]:
         selected = archive.deduplicate(selected)
+    selected = archive.spread_over_cores(selected, spark.sparkContext.defaultParallelism)
     # The published state this run builds on (none on a full rebuild). A decoder whose changes are patches onto the
     # stored row (DRS DDS `$set` into embedded documents) is registered with `reads_state` and reads it too.
     current = warehouse.read_current(paths)
