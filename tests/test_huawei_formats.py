@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 
 from cdcreplay import archive
 from cdcreplay.compaction import latest_rows
-from cdcreplay.config import PipelineConfig
+from cdcreplay.config import ConfigError, PipelineConfig
 from cdcreplay.entrypoints import EXIT_OK, replay_main
 from cdcreplay.formats import decoder
 from cdcreplay.formats.avro_wire import fingerprint
@@ -298,7 +298,7 @@ def test_json_c_delete_row_in_data_and_timestamps_as_wall_clock(spark, tmp_path)
 
 
 def test_json_c_unknown_time_zone_stops_before_reading(spark, tmp_path):
-    with pytest.raises(Exception, match="No time zone found with key Mars/Base"):
+    with pytest.raises(ConfigError, match=r"options\.timestamp_zone 'Mars/Base' is not a time zone; use a region like"):
         decode(spark, tmp_path, [sample(MYSQL_SAMPLE)], pipeline("drs-json-c", timestamp_zone="Mars/Base"))
 
 
