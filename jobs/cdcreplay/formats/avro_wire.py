@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from cdcreplay.config import ConfigError
 from cdcreplay.formats.python_rows import DecodeError
 from cdcreplay.schema import REASON_BAD_AVRO, REASON_UNKNOWN_SCHEMA
 
@@ -30,6 +31,14 @@ SINGLE_OBJECT_MAGIC = b"\xc3\x01"
 
 class AvroSchemaError(ValueError):
     """A schema file that cannot be read or parsed; the message names the file and the fix."""
+
+
+def check_writer_schema(pipeline) -> None:
+    """A pipeline's ``options.writer_schema`` must exist and parse; else a ConfigError naming the option."""
+    try:
+        load_schema(str(pipeline.options["writer_schema"]))
+    except AvroSchemaError as error:
+        raise ConfigError(f"pipeline {pipeline.name}: options.writer_schema: {error}") from None
 
 
 @lru_cache(maxsize=256)

@@ -37,8 +37,8 @@ from decimal import Decimal
 from pyspark.sql import DataFrame
 
 from cdcreplay import schema as S
-from cdcreplay.config import ConfigError, PipelineConfig
-from cdcreplay.formats.avro_wire import AvroSchemaError, AvroWire, load_schema
+from cdcreplay.config import PipelineConfig
+from cdcreplay.formats.avro_wire import AvroWire, check_writer_schema
 from cdcreplay.formats.python_rows import (
     DecodeError,
     RawRecord,
@@ -236,12 +236,8 @@ def record_entries(record: dict, keys_by_table: dict[str, list[str]]) -> list[di
 
 def check_config(pipeline: PipelineConfig) -> None:
     """A configured writer schema that is missing or broken stops the run before any record is read."""
-    path = pipeline.options.get("writer_schema")
-    if path:
-        try:
-            load_schema(str(path))
-        except AvroSchemaError as error:
-            raise ConfigError(f"pipeline {pipeline.name}: options.writer_schema: {error}") from None
+    if pipeline.options.get("writer_schema"):
+        check_writer_schema(pipeline)
 
 
 def wire_of(pipeline: PipelineConfig) -> AvroWire:

@@ -39,7 +39,7 @@ from pyspark.sql import DataFrame
 
 from cdcreplay import schema as S
 from cdcreplay.config import ConfigError, PipelineConfig
-from cdcreplay.formats.avro_wire import AvroSchemaError, AvroWire, load_schema
+from cdcreplay.formats.avro_wire import AvroWire, check_writer_schema
 from cdcreplay.formats.dts_avro_values import ABSENT, convert
 from cdcreplay.formats.python_rows import (
     DecodeError,
@@ -264,10 +264,7 @@ def reader_of(pipeline: PipelineConfig) -> DtsReader:
             f"pipeline {pipeline.name}: {FORMAT_ID} needs options.writer_schema, the path of DTS's Record.avsc "
             "(Alibaba's subscribe_example avro/Record.avsc)"
         )
-    try:
-        load_schema(str(path))
-    except AvroSchemaError as error:
-        raise ConfigError(f"pipeline {pipeline.name}: options.writer_schema: {error}") from None
+    check_writer_schema(pipeline)
     return DtsReader(str(path))
 
 
