@@ -380,7 +380,10 @@ def create_backfill(env: dict[str, str], from_date: str, to_date: str, *options:
     """`airflow backfill create`, one run at a time (backfill runs ignore the DAG's max_active_runs).
 
     A DAG has at most one running backfill, and the scheduler marks a finished one complete only every 30 s:
-    a new backfill right after the previous one is retried until that happened.
+    a new backfill right after the previous one is retried until that happened. "database is locked" is retried
+    too: `--reprocess-behavior completed` clears the old runs' task instances inside a read transaction that must
+    then upgrade to a write one, and SQLite may refuse that upgrade at once (waiting could deadlock) when the
+    scheduler holds the write lock. The whole backfill transaction is rolled back, so a retry starts clean.
     """
     command = ["backfill", "create", "--dag-id", DAG_ID, "--max-active-runs", "1"]
     command += ["--from-date", from_date, "--to-date", to_date, *options]
@@ -390,7 +393,8 @@ def create_backfill(env: dict[str, str], from_date: str, to_date: str, *options:
         output = result.stdout + result.stderr
         if result.returncode == 0:
             return
-        if "AlreadyRunningBackfill" not in output or time.monotonic() > deadline:
+        retryable = "AlreadyRunningBackfill" in output or "database is locked" in output
+        if not retryable or time.monotonic() > deadline:
             pytest.fail(f"airflow {' '.join(command)} exited {result.returncode}:\n{_tail(output)}")
         time.sleep(10)
 
