@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from decimal import Decimal
 
@@ -163,3 +164,29 @@ def test_tombstones_are_purged_only_past_their_retention(spark):
         {"id": "1", "v": "late", "w": None},
     )
     assert state_of(merge_with_state(state, frame(spark, [late])))['["1"]'] == (True, None)
+
+
+def test_one_tables_state_is_read_from_its_partition_alone(spark, tmp_path):
+    """The type stage reads a table's rows twice; with many tables a full scan each time would read the state once
+    per table, so the written state is partitioned by table and a table's rows come from its partition alone."""
+    from cdcreplay.pipeline import read_state, table_state, write_state
+
+    history = [
+        change("insert", 1, {"id": "1", "v": "a", "w": None}, table="db.t", position=(1,)),
+        change("insert", 1, {"id": "1", "v": "b", "w": None}, table="db.u", position=(2,)),
+        change("insert", 2, {"id": "2", "v": "c", "w": None}, table="db.u", position=(3,)),
+    ]
+    write_state(latest_rows(frame(spark, history)), tmp_path / "state")
+    partitioned = read_state(spark, tmp_path / "state", keep_partition=True)
+    rows = table_state(partitioned, "db.u")
+
+    assert sorted((r.table_id, r.key, r.after["v"]) for r in rows.collect()) == [
+        ("db.u", '["1"]', "b"),
+        ("db.u", '["2"]', "c"),
+    ]
+    assert rows.columns == read_state(spark, tmp_path / "state").columns  # no partition column left over
+    scan = [line for line in rows._jdf.queryExecution().executedPlan().toString().splitlines() if "FileScan" in line]
+    assert scan and re.search(
+        r"PartitionFilters: \[isnotnull\(table_hash#\d+L?\), \(table_hash#\d+L? = -?\d+\)\]", scan[0]
+    ), scan
+    assert table_state(read_state(spark, tmp_path / "state"), "db.t").count() == 1  # without the column: a filter

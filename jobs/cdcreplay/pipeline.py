@@ -110,15 +110,17 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
     version = warehouse.new_version(spec.run_id)
     state = purge_tombstones(merge_with_state(base_state, changes), pipeline.tombstone_retention_days)
     write_state(state, paths.state_dir(version))
-    state = read_state(spark, paths.state_dir(version))
+    partitioned_state = read_state(spark, paths.state_dir(version), keep_partition=True)
+    state = partitioned_state.drop(STATE_PARTITION)
     t = lap("compact", t, kinds["changelog_rows"], unit="changes merged")
 
     # -- typed tables, audited, then one atomic switch of the published pointer ------------------------------------
     layouts = table_layouts(state)
     tables: dict[str, dict] = {}
     for table_id, layout in sorted(layouts.items()):
-        typed_table(state, layout).write.mode("overwrite").parquet(str(paths.table_dir(version, table_id)))
-    conflicts = _write_type_conflicts(spark, state, layouts, run_dir / TYPE_CONFLICTS_FOLDER)
+        typed = typed_table(table_state(partitioned_state, table_id), layout)
+        typed.write.mode("overwrite").parquet(str(paths.table_dir(version, table_id)))
+    conflicts = _write_type_conflicts(spark, partitioned_state, layouts, run_dir / TYPE_CONFLICTS_FOLDER)
     counts = {
         row.table_id: row.asDict()
         for row in state.groupBy("table_id")
@@ -176,7 +178,7 @@ def _write_type_conflicts(spark: SparkSession, state: DataFrame, layouts: dict, 
 
     They stay in the state: a later change of the key replaces them, and the next run publishes that row.
     """
-    frames = [type_conflicts(state, layout) for _, layout in sorted(layouts.items())]
+    frames = [type_conflicts(table_state(state, table_id), layout) for table_id, layout in sorted(layouts.items())]
     if not frames:
         return {}
     held_back = frames[0]
@@ -369,7 +371,20 @@ def write_state(state: DataFrame, path: Path) -> None:
     ).parquet(str(path))
 
 
-def read_state(spark: SparkSession, path: Path | str) -> DataFrame:
-    """A published state (also one written when it was partitioned by table_id itself), without the partition."""
+def read_state(spark: SparkSession, path: Path | str, keep_partition: bool = False) -> DataFrame:
+    """A published state (also one written when it was partitioned by table_id itself), without the partition
+    column unless ``keep_partition`` (for :func:`table_state`)."""
     state = spark.read.parquet(str(path))
-    return state.drop(STATE_PARTITION) if STATE_PARTITION in state.columns else state
+    return state.drop(STATE_PARTITION) if STATE_PARTITION in state.columns and not keep_partition else state
+
+
+def table_state(state: DataFrame, table_id: str) -> DataFrame:
+    """The rows of one table, reading only its partition when ``state`` still has the partition column.
+
+    The type stage makes two passes per table (typed rows, type conflicts); without the partition filter each pass
+    would scan the whole state, so a database of hundreds of tables would read the state hundreds of times.
+    """
+    rows = state.where(F.col("table_id") == table_id)
+    if STATE_PARTITION not in state.columns:
+        return rows
+    return rows.where(F.col(STATE_PARTITION) == F.xxhash64(F.lit(table_id))).drop(STATE_PARTITION)
