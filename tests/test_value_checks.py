@@ -187,6 +187,12 @@ def test_routing_quarantines_a_change_it_cannot_apply():
             "no primary key value for table db.u (key columns: other); declare tables.<table>.primary_key in the "
             "pipeline config if the message has none",
         ),
+        (  # a key column list holding a JSON null (DRS pkNames: [null]) is named, not a crashed run
+            {**base, "source_table": "u", "key_columns": ["a", None], "op": "delete", "key_image": {"a": "1"}},
+            "missing_key",
+            "no primary key value for table db.u (key columns: a,null); declare tables.<table>.primary_key in the "
+            "pipeline config if the message has none",
+        ),
         (
             {**base, "op": "update", "key_image": {"id": "1"}},
             "missing_image",

@@ -72,7 +72,7 @@ def _problem(entry: dict, table_id: str | None, key_columns, key: str | None, co
     if table_id is None:
         return S.REASON_MISSING_TABLE, "the message names no table"
     if op in S.ROW_OPS and key is None:
-        columns = "none" if key_columns is None else ",".join(key_columns)
+        columns = "none" if key_columns is None else ",".join("null" if c is None else c for c in key_columns)
         return S.REASON_MISSING_KEY, (
             f"no primary key value for table {table_id} (key columns: {columns}); declare "
             "tables.<table>.primary_key in the pipeline config if the message has none"
