@@ -87,22 +87,6 @@ def mysql_type_name_to_spark(mysql_type: str) -> str:
     return "string"
 
 
-def mysql_type_to_spark(mysql_type: Column) -> Column:
-    """The same mapping as a Spark column, for decoders that run natively (DRS JSON): one rule table, two forms."""
-    text = F.lower(F.trim(mysql_type))
-    result = None
-    for pattern, spark_type in _MYSQL_TYPE_RULES:
-        # "decimal({1},{2})": the literal pieces around the regex groups' texts.
-        pieces = re.split(r"\{(\d)\}", spark_type)
-        parts = [
-            F.lit(piece) if index % 2 == 0 else F.regexp_extract(text, pattern.pattern, int(piece) + 1)
-            for index, piece in enumerate(pieces)
-        ]
-        value = parts[0] if len(parts) == 1 else F.concat(*parts)
-        result = (F if result is None else result).when(text.rlike(pattern.pattern), value)
-    return result.otherwise(F.lit("string"))
-
-
 def typed_value(image: Column, column: str, spark_type: str) -> Column:
     """One column of a canonical-text image as its Spark type (binary decoded from base64)."""
     value = image[column]

@@ -1,88 +1,76 @@
-"""What the pipeline config declares per table, as Spark columns, for formats whose messages lack types or keys.
+"""For formats whose messages lack types or keys (DTS Shareplex JSON, DataWorks JSON): the values a configured type
+would change -- in plain Python, per record.
 
 Shareplex JSON carries neither types nor keys, DataWorks JSON has no decimal type: for them the config's
 ``tables.<table>.column_types`` / ``primary_key`` are the source of truth, and a decoder must know them while it
-decodes (to render a DataWorks DATE as a date, to tell a key change, to see a partial image). ``finish`` applies the
-same config through these helpers for every format; a decoder may look it up earlier.
+decodes (to render a DataWorks DATE as a date, to tell a key change, to see a partial image).
 
 A configured type is applied with CAST, which rounds a decimal with more fraction digits than the scale and drops the
 time of day from a date: ``lossy_columns`` names the values a cast would change, so a decoder quarantines them instead
 of letting the cast alter a value silently.
+
+The messages' fields are read with ``spark_json`` and cast with ``spark_casts``, as the Spark expressions these
+decoders were first did.
 """
 
 from __future__ import annotations
 
-from pyspark.sql import Column
-from pyspark.sql import functions as F
+import re
+from functools import lru_cache
 
-from cdcreplay.config import PipelineConfig
+# --- values a configured type would change ----------------------------------------------------------------------------
 
-TEXT_MAP = "map<string,string>"
-
-
-def table_id_of(db: Column, schema: Column, table: Column) -> Column:
-    """The table id ``finish`` derives (empty parts are absent); NULL without a table name."""
-    parts = [F.nullif(part, F.lit("")) for part in (db, schema, table)]
-    return F.when(parts[2].isNotNull(), F.concat_ws(".", *parts))
-
-
-def _literal_map(mapping: dict, value_type: str) -> Column:
-    if not mapping:
-        return F.create_map().cast(f"map<string,{value_type}>")
-    items = []
-    for key, value in sorted(mapping.items()):
-        items.extend([F.lit(key), value])
-    return F.create_map(*items)
+# Java's `$` (no MULTILINE): the end of the text, or before a line terminator that ends it. Spark's regexes are Java's,
+# and so are `\d` and `\s` (ASCII only) and `.` (no line terminator): spelled out below.
+_END = r"(?=(?:\r\n|[\n\r\u0085\u2028\u2029])?\Z)"
+_ANY = r"[^\n\r\u0085\u2028\u2029]"
+_PRECISION = re.compile(r"decimal\([ \t\n\x0b\f\r]*([0-9]+)[ \t\n\x0b\f\r]*,")
+_SCALE = re.compile(r",[ \t\n\x0b\f\r]*([0-9]+)[ \t\n\x0b\f\r]*\)" + _END)
+_FRACTION = re.compile(r"\.([0-9]*)" + _END)
+_PLAIN = re.compile(r"([0-9]+(\.[0-9]*)?|\.[0-9]+)" + _END)
+_WHOLE = re.compile(r"[0-9]*")
+_TIME_OF_DAY = re.compile(r"[+-]?[0-9]+-[0-9]+-[0-9]+[T ](" + _ANY + r"*)" + _END)
+_MIDNIGHT = re.compile(r"00:00(:00(\.0*)?)?" + _END)
 
 
-def configured_keys(pipeline: PipelineConfig) -> Column:
-    """map<table id, array<key column>> of ``tables.<t>.primary_key``."""
-    return _literal_map(
-        {tid: F.array(*[F.lit(c) for c in t.primary_key]) for tid, t in pipeline.tables.items() if t.primary_key},
-        "array<string>",
-    )
+@lru_cache(maxsize=256)
+def _precision_scale(spark_type: str) -> tuple[int | None, int | None]:
+    precision, scale = _PRECISION.match(spark_type), _SCALE.search(spark_type)
+    return (int(precision.group(1)) if precision else None, int(scale.group(1)) if scale else None)
 
 
-def configured_types(pipeline: PipelineConfig) -> Column:
-    """map<table id, map<column, Spark type>> of ``tables.<t>.column_types``."""
-    return _literal_map(
-        {
-            tid: F.create_map(*[x for c, ty in sorted(t.column_types.items()) for x in (F.lit(c), F.lit(ty))])
-            for tid, t in pipeline.tables.items()
-            if t.column_types
-        },
-        TEXT_MAP,
-    )
-
-
-def _decimal_lossy(value: Column, spark_type: Column) -> Column:
+def _decimal_lossy(value: str, spark_type: str) -> bool:
     """True when CAST(value AS decimal(p,s)) would round the value or overflow (exponent notation counts as lossy)."""
-    precision = F.regexp_extract(spark_type, r"^decimal\(\s*(\d+)\s*,", 1).cast("int")
-    scale = F.regexp_extract(spark_type, r",\s*(\d+)\s*\)$", 1).cast("int")
-    digits = F.regexp_replace(F.trim(value), r"^[+-]", "")
-    whole = F.regexp_replace(F.regexp_extract(digits, r"^(\d*)", 1), r"^0+", "")
-    fraction = F.regexp_replace(F.regexp_extract(digits, r"\.(\d*)$", 1), r"0+$", "")
-    plain = digits.rlike(r"^(\d+(\.\d*)?|\.\d+)$")
-    return ~plain | (F.length(whole) > precision - scale) | (F.length(fraction) > scale)
+    precision, scale = _precision_scale(spark_type)
+    digits = value.strip(" ")
+    if digits[:1] in ("+", "-"):
+        digits = digits[1:]
+    if not _PLAIN.match(digits):
+        return True
+    if precision is None or scale is None:
+        return False
+    whole = _WHOLE.match(digits).group(0).lstrip("0")
+    fraction = _FRACTION.search(digits)
+    return len(whole) > precision - scale or len(fraction.group(1).rstrip("0") if fraction else "") > scale
 
 
-def _date_lossy(value: Column) -> Column:
+def _date_lossy(value: str) -> bool:
     """True when the text carries a time of day other than midnight (CAST AS date would drop it)."""
-    time_part = F.regexp_extract(F.trim(value), r"^[+-]?\d+-\d+-\d+[T ](.*)$", 1)
-    return (time_part != "") & ~time_part.rlike(r"^00:00(:00(\.0*)?)?$")
+    found = _TIME_OF_DAY.match(value.strip(" "))
+    time_part = found.group(1) if found else ""
+    return time_part != "" and not _MIDNIGHT.match(time_part)
 
 
-def lossy_columns(image: Column, types: Column) -> Column:
+def lossy_columns(image: dict[str, str | None] | None, types: dict[str, str] | None) -> list[str]:
     """Columns of a canonical-text image whose value CAST to its (configured) type would change."""
-    empty = F.create_map().cast(TEXT_MAP)
-
-    def lossy(column: Column, value: Column) -> Column:
-        spark_type = F.coalesce(types[column], F.lit("string"))
-        return (
-            F.when(value.isNull(), F.lit(False))
-            .when(spark_type.startswith("decimal"), _decimal_lossy(value, spark_type))
-            .when(spark_type == "date", _date_lossy(value))
-            .otherwise(F.lit(False))
-        )
-
-    return F.coalesce(F.map_keys(F.map_filter(F.coalesce(image, empty), lossy)), F.array().cast("array<string>"))
+    lossy = []
+    for column, value in (image or {}).items():
+        if value is None:
+            continue
+        spark_type = (types or {}).get(column) or "string"
+        if spark_type.startswith("decimal"):
+            if _decimal_lossy(value, spark_type):
+                lossy.append(column)
+        elif spark_type == "date" and _date_lossy(value):
+            lossy.append(column)
+    return lossy

@@ -1,4 +1,5 @@
-"""Alibaba DataWorks "Kafka message format" (formats.md section b). Native Spark throughout.
+"""Alibaba DataWorks "Kafka message format" (formats.md section b). Decoded in Python (``python_rows``): one
+JSON parse per message, read as Spark's from_json read it (``configured_types``); the update pairs are found in Spark.
 
 A message is ``{schema: {dataColumn: [{name, type}], primaryKey, source: {dbName, schemaName, tableName}},
 payload: {before: {dataColumn: {...}}, after: {dataColumn: {...}}, sequenceId, op, timestamp: {eventTime, ...},
@@ -37,39 +38,34 @@ from __future__ import annotations
 
 import re
 import zoneinfo
+from collections.abc import Iterator
+from datetime import datetime
+from functools import partial
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from cdcreplay import schema as S
 from cdcreplay.config import ConfigError, PipelineConfig
-from cdcreplay.formats.common import (
-    KIND_CHANGE,
-    KIND_CONTROL,
-    TEXT_MAP,
-    control,
-    decimal_positions,
-    entry,
-    finish,
-    quarantine,
-    single,
-    text_payload,
-    unreadable_json,
+from cdcreplay.formats.configured_types import lossy_columns
+from cdcreplay.formats.python_rows import (
+    RECORD_COLUMNS,
+    DecodeError,
+    RawRecord,
+    change,
+    control_entry,
+    decode_with_python,
+    truncate,
 )
-from cdcreplay.formats.configured_types import configured_keys, configured_types, lossy_columns, table_id_of
-from cdcreplay.value_types import safe_timestamp_millis
+from cdcreplay.formats.routing import (
+    KIND_QUARANTINE,
+    table_id_of,
+)
+from cdcreplay.formats.spark_casts import timestamp_of_millis, try_decimal, zone_of
+from cdcreplay.formats.spark_json import Mismatch, bigint, json_document, struct, text, text_array, text_map, texts_of
 
 FORMAT_ID = "dataworks-json"
 ROW_ID = "#alibaba_rds_row_id#"
-IMAGE = "struct<dataColumn: map<string,string>>"
-VALUE_SCHEMA = (
-    "schema struct<dataColumn: array<struct<name: string, type: string>>, primaryKey: array<string>, "
-    "source: struct<dbType: string, dbVersion: string, dbName: string, schemaName: string, tableName: string>>, "
-    f"payload struct<before: {IMAGE}, after: {IMAGE}, sequenceId: string, scn: string, op: string, "
-    "timestamp: struct<eventTime: bigint, systemTime: bigint, checkpointTime: bigint>, "
-    "ddl: struct<text: string, ddlMeta: string>>, "
-    "version string, _corrupt_record string"
-)
 BEFORE_OP, AFTER_OP = "UPDATE_BEFOR", "UPDATE_AFTER"
 DDL_OPS = ("CREATE", "ALTER", "ERASE", "QUERY", "RENAME", "CINDEX", "DINDEX")
 TRANSACTION_OPS = ("TRANSACTION_BEGIN", "TRANSACTION_END", "GTID", "XACOMMIT", "XAROLLBACK")
@@ -82,7 +78,11 @@ DATAWORKS_TYPES = {
     "DATE": "timestamp_ntz",
 }
 PARTNER = "struct<image: map<string,string>, partition: int, offset: bigint>"
+PAIR_DDL = (
+    "topic string, partition int, offset bigint, table_id string, sequence string, op string, image map<string,string>"
+)
 OFFSET_ZONE = re.compile(r"^[+-]\d{2}:\d{2}$")
+COORDINATES = ("topic", "partition", "offset")
 
 
 def check_config(pipeline: PipelineConfig) -> None:
@@ -103,242 +103,288 @@ def time_zone_of(pipeline: PipelineConfig) -> str:
     return zone
 
 
-def _declared_types(schema: Column) -> Column:
-    columns = F.coalesce(schema["dataColumn"], F.array().cast("array<struct<name: string, type: string>>"))
-    lookup = F.create_map(*[F.lit(x) for kv in DATAWORKS_TYPES.items() for x in kv])
-    return F.map_from_entries(
-        F.transform(
-            F.filter(columns, lambda c: c["name"].isNotNull()),
-            lambda c: F.struct(
-                c["name"].alias("key"), F.coalesce(lookup[F.upper(c["type"])], F.lit("string")).alias("value")
-            ),
+class _Message:
+    """The fields of one message, typed as its schema declares them (a field of another type: ``Mismatch``)."""
+
+    def __init__(self, document: dict):
+        schema, payload = struct(document.get("schema")) or {}, struct(document.get("payload")) or {}
+        columns = text_array_of_structs(schema.get("dataColumn"))
+        self.primary_key = text_array(schema.get("primaryKey"))
+        self.source = texts_of(
+            struct(schema.get("source")) or {}, "dbType", "dbVersion", "dbName", "schemaName", "tableName"
         )
+        self.before = text_map((struct(payload.get("before")) or {}).get("dataColumn"))
+        self.after = text_map((struct(payload.get("after")) or {}).get("dataColumn"))
+        fields = texts_of(payload, "sequenceId", "scn", "op")
+        self.sequence, self.op = fields["sequenceId"], fields["op"]
+        timestamp = struct(payload.get("timestamp")) or {}
+        self.event_millis = bigint(timestamp.get("eventTime"))
+        bigint(timestamp.get("systemTime"))
+        self.checkpoint_millis = bigint(timestamp.get("checkpointTime"))
+        self.ddl_text = texts_of(struct(payload.get("ddl")) or {}, "text", "ddlMeta")["text"]
+        text(document.get("version"))
+        # The declared types: unknown names are kept as string.
+        self.declared = {
+            column["name"]: DATAWORKS_TYPES.get(column["type"].upper() if column["type"] is not None else None)
+            or "string"
+            for column in columns
+            if column is not None and column["name"] is not None
+        }
+        self.table_id = table_id_of(self.source["dbName"], self.source["schemaName"], self.source["tableName"])
+
+
+def text_array_of_structs(value) -> list[dict | None]:
+    """``schema.dataColumn``: an array of {name, type} structs (or null)."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise Mismatch("array")
+    columns = []
+    for item in value:
+        item = struct(item)
+        columns.append(None if item is None else texts_of(item, "name", "type"))
+    return columns
+
+
+def _read(record: RawRecord) -> _Message:
+    document = json_document(record.value)
+    try:
+        return _Message(document)
+    except Mismatch:
+        text_start = record.value.decode("utf-8")[:120]
+        raise DecodeError(S.REASON_NOT_JSON, f"payload is not a JSON object: {text_start}") from None
+
+
+def _wall_clock(value: str, zone) -> datetime | None:
+    """A DATE value (epoch ms, text) as the wall clock in ``zone``: ``from_utc_timestamp(timestamp_millis(v), zone)``;
+    NULL when the text is no integer or the instant is outside years 1..9999."""
+    moment = timestamp_of_millis(_try_bigint(value))
+    if moment is None:
+        return None
+    try:
+        return moment.astimezone(zone).replace(tzinfo=None)
+    except (OverflowError, ValueError):
+        return None
+
+
+_SPARK_BLANKS = "".join(chr(code) for code in range(33)) + "\x7f"
+_LONG = re.compile(r"[+-]?[0-9]+")
+
+
+def _try_bigint(value: str) -> int | None:
+    """``try_cast(value AS bigint)``: an integer in the 64-bit range, blanks around it ignored (no fraction)."""
+    digits = value.strip(_SPARK_BLANKS)
+    if not _LONG.fullmatch(digits):
+        return None
+    number = int(digits)
+    return number if -(2**63) <= number < 2**63 else None
+
+
+def _canonical_image(image, declared: dict, effective: dict, zone) -> tuple[dict | None, list[str]]:
+    """DataWorks values -> canonical text, and the columns whose value could not be read (DATE epoch ms become the
+    wall clock in ``zone``, a date when configured so and midnight there)."""
+    if image is None:
+        return None, []
+    converted, lost = {}, []
+    for column, value in image.items():
+        if value is None or declared.get(column) != "timestamp_ntz":
+            converted[column] = value
+            continue
+        wall = _wall_clock(value, zone)
+        if wall is None:
+            result = None
+        elif effective.get(column) == "date":
+            midnight = (wall.hour, wall.minute, wall.second, wall.microsecond // 1000) == (0, 0, 0, 0)
+            result = f"{wall.year:04d}-{wall.month:02d}-{wall.day:02d}" if midnight else None
+        else:
+            result = f"{wall.year:04d}-{wall:%m-%d %H:%M:%S}.{wall.microsecond // 1000:03d}"
+        converted[column] = result
+        if result is None:
+            lost.append(column)
+    return converted, lost
+
+
+def _quarantine(reason: str, detail: str) -> dict:
+    return {"record_kind": KIND_QUARANTINE, "reason": reason, "detail": detail}
+
+
+def _heartbeat_detail(event_time: datetime | None, message: _Message) -> str:
+    """What to_json wrote for the heartbeat struct (null fields left out)."""
+    parts = []
+    if event_time is not None:
+        parts.append(
+            f'"watermark":"{event_time.year:04d}-{event_time:%m-%dT%H:%M:%S}.{event_time.microsecond // 1000:03d}Z"'
+        )
+    if message.event_millis is not None:
+        parts.append(f'"eventTime":{message.event_millis}')
+    if message.checkpoint_millis is not None:
+        parts.append(f'"checkpointTime":{message.checkpoint_millis}')
+    return "{" + ",".join(parts) + "}"
+
+
+def decode_record(settings: tuple, before_partner: dict | None, after_partner: dict | None, record: RawRecord):
+    """One record's entries; ``before_partner`` / ``after_partner``: its update pair's messages (``_with_partners``)."""
+    keys, types, zone = settings
+    if before_partner is not None and before_partner["image"] is not None:  # Arrow gives a map as (key, value) pairs
+        before_partner = {**before_partner, "image": dict(before_partner["image"])}
+    m = _read(record)
+    op, sequence = m.op, m.sequence
+    identity = {"db": m.source["dbName"], "schema": m.source["schemaName"], "table": m.source["tableName"]}
+    where = {"position": [try_decimal(sequence)], "event_time": timestamp_of_millis(m.event_millis)}
+
+    if op == "MHEARTBEAT":
+        heartbeat = control_entry(S.CONTROL_HEARTBEAT, _heartbeat_detail(where["event_time"], m))
+        return [heartbeat | {"event_time": where["event_time"]}]
+    if op in TRANSACTION_OPS:
+        return [control_entry(S.CONTROL_TRANSACTION, " ".join(p for p in (op, sequence) if p is not None))]
+    ddl_text = m.ddl_text if m.ddl_text is not None else op
+    if op in DDL_OPS:
+        return [control_entry(S.CONTROL_DDL_KIND, ddl_text, **identity)]
+    if op == "TRUNCATE":
+        return [truncate(**identity, **where), control_entry(S.CONTROL_TRUNCATE, ddl_text, **identity)]
+    if op == BEFORE_OP:
+        if after_partner is None:
+            return [
+                _quarantine(
+                    S.REASON_UNPAIRED_UPDATE,
+                    f"UPDATE_BEFOR of sequenceId {sequence if sequence is not None else 'null'} has no UPDATE_AFTER "
+                    "with that sequenceId among the replayed records: the update cannot be applied (replay a range "
+                    "that holds both messages)",
+                )
+            ]
+        partition, offset = after_partner["partition"], after_partner["offset"]
+        detail = (
+            None
+            if partition is None or offset is None
+            else f"before image of the update applied by partition {partition} offset {offset}"
+        )
+        return [control_entry(S.CONTROL_UPDATE_BEFORE, detail, **identity)]
+    if op not in ("INSERT", AFTER_OP, "DELETE"):
+        return [
+            _quarantine(
+                S.REASON_UNKNOWN_OP,
+                f"op '{op if op is not None else 'null'}' is not a DataWorks op (INSERT, UPDATE_BEFOR, UPDATE_AFTER, "
+                "DELETE, TRUNCATE, DDL, transaction or MHEARTBEAT; ops are case-sensitive)",
+            )
+        ]
+
+    declared = m.declared
+    effective = {**declared, **types.get(m.table_id, {})}
+    before_raw = m.before if m.before is not None else (before_partner or {}).get("image")
+    after, lost_after = _canonical_image(m.after, declared, effective, zone)
+    before, lost_before = _canonical_image(before_raw, declared, effective, zone)
+    bad = {*lost_after, *lost_before, *lossy_columns(after, effective), *lossy_columns(before, effective)}
+    if bad:
+        detail = "value cannot be read exactly with its type in column(s): " + ", ".join(sorted(bad))
+        return [_quarantine(S.REASON_BAD_VALUE, detail)]
+    if (op != "DELETE" and after is None) or (op == "DELETE" and before is None):
+        image = "before" if op == "DELETE" else "after"
+        return [_quarantine(S.REASON_MISSING_IMAGE, f"op {op} without its {image}.dataColumn image")]
+
+    message_keys = m.primary_key or ([ROW_ID] if ROW_ID in declared else None)
+    key_columns = keys.get(m.table_id) or message_keys
+
+    def row(row_op: str, after_image: dict | None, before_image: dict | None, key_image: dict) -> dict:
+        return change(
+            row_op,
+            **identity,
+            key_columns=message_keys,
+            after=after_image,
+            before=before_image,
+            key_image=key_image,
+            column_types=declared,
+            **where,
+        )
+
+    if op == "INSERT":
+        return [row(S.OP_INSERT, after, None, after)]
+    if op == "DELETE":
+        return [row(S.OP_DELETE, None, before, before)]
+    # Before and after name different keys: the update moved the row (delete the old key, then write the new one).
+    moved = (
+        before is not None
+        and key_columns is not None
+        and all(c is not None and c in before for c in key_columns)
+        and any(before.get(c) != after.get(c) for c in key_columns)
     )
+    if moved:
+        return [row(S.OP_DELETE, None, before, before), row(S.OP_UPDATE, after, before, after)]
+    return [row(S.OP_UPDATE, after, before, after)]
 
 
-def _canonical_image(image: Column, declared: Column, effective: Column, zone: str) -> Column:
-    """DataWorks values -> canonical text. DATE epoch ms become the wall clock in ``zone`` (a date when configured)."""
+def _pair_rows(batches: Iterator, schema) -> Iterator:
+    """The UPDATE_BEFOR / UPDATE_AFTER messages that have a sequenceId: their pair key and before image."""
+    import pyarrow as pa
 
-    def convert(column: Column, value: Column) -> Column:
-        wall = F.from_utc_timestamp(safe_timestamp_millis(value), zone)
-        midnight = F.date_format(wall, "HH:mm:ss.SSS") == "00:00:00.000"
-        return (
-            F.when(value.isNull() | ~F.coalesce(declared[column] == "timestamp_ntz", F.lit(False)), value)
-            .when(effective[column] == "date", F.when(midnight, F.date_format(wall, "yyyy-MM-dd")))
-            .otherwise(F.date_format(wall, "yyyy-MM-dd HH:mm:ss.SSS"))
-        )
+    for batch in batches:
+        columns = batch.to_pydict()
+        found = {name: [] for name in schema.names}
+        for index in range(batch.num_rows):
+            value = columns["value"][index]
+            if not value:
+                continue
+            coordinates = (columns[name][index] for name in COORDINATES)
+            record = RawRecord(*coordinates, timestamp=None, key=None, value=value, headers=())
+            try:
+                m = _read(record)
+            except DecodeError:
+                continue
+            if m.op not in (BEFORE_OP, AFTER_OP) or m.sequence is None:
+                continue
+            for name, item in zip(
+                schema.names,
+                (record.topic, record.partition, record.offset, m.table_id, m.sequence, m.op, m.before),
+                strict=True,
+            ):
+                found[name].append(item)
+        found["image"] = [None if image is None else list(image.items()) for image in found["image"]]
+        yield pa.RecordBatch.from_pydict(found, schema=schema)
 
-    return F.transform_values(image, convert)
 
-
-def _lost_values(converted: Column, raw: Column) -> Column:
-    lost = F.map_keys(F.map_filter(converted, lambda column, value: value.isNull() & raw[column].isNotNull()))
-    return F.coalesce(lost, F.array().cast("array<string>"))
-
-
-def _with_partners(staged: DataFrame) -> DataFrame:
+def _with_partners(records: DataFrame) -> DataFrame:
     """Each UPDATE_BEFOR/UPDATE_AFTER gets its pair's before image and coordinates (same topic, table, sequenceId).
 
-    Only the update messages are shuffled; every other record passes by with empty partner columns."""
-    p = F.col("m")["payload"]
-    paired = F.coalesce(p["op"].isin(BEFORE_OP, AFTER_OP) & p["sequenceId"].isNotNull(), F.lit(False))
-    window = Window.partitionBy("topic", "table_id", p["sequenceId"])
+    Only the records that can be update messages (their text names UPDATE_ or escapes an ASCII character) are read
+    for their pair key and shuffled; every other record passes by with empty partner columns."""
+    from pyspark.sql.pandas.types import to_arrow_schema
 
+    pair_schema = to_arrow_schema(S.struct_type(PAIR_DDL), timezone="UTC")  # on the driver, as the DDL needs Spark
+
+    text = F.col("value").cast("string")
+    # The op is ASCII: spelled without "UPDATE_" in the text only with \u escapes of ASCII characters.
+    candidate = F.coalesce(text.contains("UPDATE_") | text.rlike(r"\\u00[0-7]"), F.lit(False))
+    candidates = records.where(candidate)
+    pairs = candidates.select("topic", "partition", "offset", "value").mapInArrow(
+        partial(_pair_rows, schema=pair_schema), PAIR_DDL
+    )
+    window = Window.partitionBy("topic", "table_id", "sequence")
     coordinates = F.struct("partition", "offset")
 
-    def partner(op: str, image: Column | None) -> Column:
+    def partner(op: str, image) -> F.Column:
         # The earliest message of that op in the pair: deterministic even if the archive holds it twice.
-        fields = F.struct(
-            (image if image is not None else F.lit(None).cast(TEXT_MAP)).alias("image"), "partition", "offset"
-        )
-        return F.min_by(fields, F.when(p["op"] == op, coordinates)).over(window)
+        fields = F.struct(image.alias("image"), "partition", "offset")
+        return F.min_by(fields, F.when(F.col("op") == op, coordinates)).over(window)
 
-    updates = staged.where(paired).select(
-        "*",
-        partner(BEFORE_OP, p["before"]["dataColumn"]).alias("before_partner"),
-        partner(AFTER_OP, None).alias("after_partner"),
+    partners = pairs.select(
+        *COORDINATES,
+        partner(BEFORE_OP, F.col("image")).alias("before_partner"),
+        partner(AFTER_OP, F.lit(None).cast("map<string,string>")).alias("after_partner"),
+    ).dropDuplicates(list(COORDINATES))
+    updates = candidates.select(*RECORD_COLUMNS).join(partners, list(COORDINATES), "left")
+    others = records.where(~candidate).select(
+        *RECORD_COLUMNS,
+        F.lit(None).cast(PARTNER).alias("before_partner"),
+        F.lit(None).cast(PARTNER).alias("after_partner"),
     )
-    others = staged.where(~paired).select(
-        "*", F.lit(None).cast(PARTNER).alias("before_partner"), F.lit(None).cast(PARTNER).alias("after_partner")
-    )
-    return updates.unionByName(others)
+    return updates.select(*RECORD_COLUMNS, "before_partner", "after_partner").unionByName(others)
 
 
 def decode(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
-    zone = time_zone_of(pipeline)
-    text = text_payload(F.col("value"))
-    parsed = F.from_json(text, VALUE_SCHEMA, {"columnNameOfCorruptRecord": "_corrupt_record", "mode": "PERMISSIVE"})
-    source = parsed["schema"]["source"]
-    staged = records.select(
-        "*",
-        text.alias("text"),
-        parsed.alias("m"),
-        table_id_of(source["dbName"], source["schemaName"], source["tableName"]).alias("table_id"),
+    zone = zone_of(time_zone_of(pipeline))
+    keys = {tid: list(t.primary_key) for tid, t in pipeline.tables.items() if t.primary_key}
+    types = {tid: dict(t.column_types) for tid, t in pipeline.tables.items() if t.column_types}
+    settings = (keys, types, zone)
+    partnered = _with_partners(records)
+    return decode_with_python(
+        partnered, partial(decode_record, settings), pipeline, context_columns=("before_partner", "after_partner")
     )
-    staged = _with_partners(staged)
-    m = F.col("m")
-    schema, p = m["schema"], m["payload"]
-    source = schema["source"]
-    identity = {
-        "source_db": source["dbName"],
-        "source_schema": source["schemaName"],
-        "source_table": source["tableName"],
-    }
-
-    declared = _declared_types(schema)
-    effective = F.map_concat(
-        declared, F.coalesce(configured_types(pipeline)[F.col("table_id")], F.create_map().cast(TEXT_MAP))
-    )
-    after_raw = p["after"]["dataColumn"]
-    before_raw = F.coalesce(p["before"]["dataColumn"], F.col("before_partner")["image"])
-    staged = staged.select(
-        "*",
-        declared.alias("declared"),
-        effective.alias("effective"),
-        _canonical_image(after_raw, declared, effective, zone).alias("after_text"),
-        _canonical_image(before_raw, declared, effective, zone).alias("before_text"),
-    )
-    after, before, declared, effective = (F.col(c) for c in ("after_text", "before_text", "declared", "effective"))
-    bad = F.array_distinct(
-        F.concat(
-            _lost_values(after, after_raw),
-            _lost_values(before, before_raw),
-            lossy_columns(after, effective),
-            lossy_columns(before, effective),
-        )
-    )
-    message_keys = F.when(F.size(schema["primaryKey"]) > 0, schema["primaryKey"]).when(
-        F.map_contains_key(declared, ROW_ID), F.array(F.lit(ROW_ID))
-    )
-    key_columns = F.coalesce(configured_keys(pipeline)[F.col("table_id")], message_keys)
-    op = p["op"]
-    position = decimal_positions(p["sequenceId"])
-    event_time = safe_timestamp_millis(p["timestamp"]["eventTime"])
-
-    def change(row_op: str, after_image: Column | None, before_image: Column | None, key_image: Column) -> Column:
-        return entry(
-            record_kind=F.lit(KIND_CHANGE),
-            op=F.lit(row_op),
-            key_columns=message_keys,
-            key_image=key_image,
-            **{name: image for name, image in (("after", after_image), ("before", before_image)) if image is not None},
-            column_types=declared,
-            position=position,
-            event_time=event_time,
-            **identity,
-        )
-
-    # Before and after name different keys: the update moved the row (delete the old key, then write the new one).
-    moved = (
-        before.isNotNull()
-        & F.forall(key_columns, lambda c: F.map_contains_key(before, c))
-        & F.exists(key_columns, lambda c: ~before[c].eqNullSafe(after[c]))
-    )
-    update = F.when(
-        moved, F.array(change(S.OP_DELETE, None, before, before), change(S.OP_UPDATE, after, before, after))
-    ).otherwise(single(change(S.OP_UPDATE, after, before, after)))
-    truncate = entry(
-        record_kind=F.lit(KIND_CHANGE), op=F.lit(S.OP_TRUNCATE), position=position, event_time=event_time, **identity
-    )
-    heartbeat = entry(
-        record_kind=F.lit(KIND_CONTROL),
-        control_kind=F.lit(S.CONTROL_HEARTBEAT),
-        detail=F.to_json(
-            F.struct(
-                F.date_format(event_time, "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'").alias("watermark"),
-                p["timestamp"]["eventTime"].alias("eventTime"),
-                p["timestamp"]["checkpointTime"].alias("checkpointTime"),
-            )
-        ),
-        event_time=event_time,
-    )
-    partner_after = F.col("after_partner")
-    row_op = op.isin("INSERT", BEFORE_OP, AFTER_OP, "DELETE")
-
-    entries = (
-        unreadable_json(text, m)
-        .when(op == "MHEARTBEAT", single(heartbeat))
-        .when(op.isin(*TRANSACTION_OPS), single(control(S.CONTROL_TRANSACTION, F.concat_ws(" ", op, p["sequenceId"]))))
-        .when(op.isin(*DDL_OPS), single(control(S.CONTROL_DDL_KIND, F.coalesce(p["ddl"]["text"], op), **identity)))
-        .when(
-            op == "TRUNCATE",
-            F.array(truncate, control(S.CONTROL_TRUNCATE, F.coalesce(p["ddl"]["text"], op), **identity)),
-        )
-        .when(
-            (op == BEFORE_OP) & partner_after.isNull(),
-            single(
-                quarantine(
-                    S.REASON_UNPAIRED_UPDATE,
-                    F.concat(
-                        F.lit("UPDATE_BEFOR of sequenceId "),
-                        F.coalesce(p["sequenceId"], F.lit("null")),
-                        F.lit(
-                            " has no UPDATE_AFTER with that sequenceId among the replayed records: the update cannot "
-                            "be applied (replay a range that holds both messages)"
-                        ),
-                    ),
-                )
-            ),
-        )
-        .when(
-            op == BEFORE_OP,
-            single(
-                control(
-                    S.CONTROL_UPDATE_BEFORE,
-                    F.concat(
-                        F.lit("before image of the update applied by partition "),
-                        partner_after["partition"].cast("string"),
-                        F.lit(" offset "),
-                        partner_after["offset"].cast("string"),
-                    ),
-                    **identity,
-                )
-            ),
-        )
-        .when(
-            row_op & (F.size(bad) > 0),
-            single(
-                quarantine(
-                    S.REASON_BAD_VALUE,
-                    F.concat(
-                        F.lit("value cannot be read exactly with its type in column(s): "),
-                        F.array_join(F.array_sort(bad), ", "),
-                    ),
-                )
-            ),
-        )
-        .when(
-            (op.isin("INSERT", AFTER_OP) & after.isNull()) | ((op == "DELETE") & before.isNull()),
-            single(
-                quarantine(
-                    S.REASON_MISSING_IMAGE,
-                    F.concat(
-                        F.lit("op "),
-                        op,
-                        F.lit(" without its "),
-                        F.when(op == "DELETE", "before").otherwise("after"),
-                        F.lit(".dataColumn image"),
-                    ),
-                )
-            ),
-        )
-        .when(op == "INSERT", single(change(S.OP_INSERT, after, None, after)))
-        .when(op == AFTER_OP, update)
-        .when(op == "DELETE", single(change(S.OP_DELETE, None, before, before)))
-        .otherwise(
-            single(
-                quarantine(
-                    S.REASON_UNKNOWN_OP,
-                    F.concat(
-                        F.lit("op '"),
-                        F.coalesce(op, F.lit("null")),
-                        F.lit(
-                            "' is not a DataWorks op (INSERT, UPDATE_BEFOR, UPDATE_AFTER, DELETE, TRUNCATE, DDL, "
-                            "transaction or MHEARTBEAT; ops are case-sensitive)"
-                        ),
-                    ),
-                )
-            )
-        )
-    )
-    return finish(staged, entries, pipeline)

@@ -47,13 +47,12 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
 from cdcreplay.formats.common import ENTRY_DDL, KIND_CHANGE, finish
-from cdcreplay.formats.drs_json import table_id_of
 from cdcreplay.formats.json_payload import json_object
 from cdcreplay.formats.mongo_shell import ShellSyntaxError, parse
 from cdcreplay.formats.mongo_update import UpdateError, apply_update, check_update
@@ -421,6 +420,13 @@ def _batch(pa, out: dict, arrow_entries):
     }
     arrays = [pa.array(out[name], type=types[name]) for name in RAW] + [pa.array(out["entries"], type=arrow_entries)]
     return pa.RecordBatch.from_arrays(arrays, names=[*RAW, "entries"])
+
+
+def table_id_of(db: Column, schema: Column, table: Column) -> Column:
+    """The table id routing derives (``formats.routing.table_id_of``), as a Spark column: the non-empty parts joined
+    by dots; NULL without a table name."""
+    parts = [F.nullif(part, F.lit("")) for part in (db, schema, table)]
+    return F.when(parts[2].isNotNull(), F.concat_ws(".", *parts))
 
 
 def decode(records: DataFrame, pipeline: PipelineConfig, base_state: DataFrame | None = None) -> DataFrame:

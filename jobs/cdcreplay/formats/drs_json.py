@@ -1,4 +1,4 @@
-"""Huawei Cloud DRS JSON and JSON-C for relational sources (formats.md sections c1-c3). Native Spark throughout.
+"""Huawei Cloud DRS JSON and JSON-C for relational sources (formats.md sections c1-c3).
 
 Three registered variants (each a two-line module naming its ``Variant``: drs_json_mysql, drs_json_c,
 drs_json_rdbms) share one canal-like envelope (``data``/``old`` arrays of row objects whose values are JSON
@@ -37,46 +37,61 @@ Values -> canonical text (what ``CAST(text AS <type>)`` reads back):
 A value present in the message that its type cannot decode (a byte out of range, a malformed epoch, odd hex) sends the
 record to quarantine (``bad_value``) naming the columns: never a silent NULL.
 
-MySQL type names map with :func:`cdcreplay.value_types.mysql_type_to_spark`; PostgreSQL/GaussDB names with
+MySQL type names map with :func:`cdcreplay.value_types.mysql_type_name_to_spark`; PostgreSQL/GaussDB names with
 :func:`rdbms_type_to_spark`; JDBC codes with :func:`jdbc_code_to_spark` (all documented in their docstrings).
+
+Decoded in Python (``python_rows``): one JSON parse per message, no per-value Spark lambdas. The results are the
+ones the earlier Spark-expression decoder gave, so the parse and the value conversions follow Spark's rules where
+they matter: the message is read as Spark's ``from_json`` reads it (Jackson: a non-string value of a text field
+is its compact JSON text, numbers as Java prints them; single-quoted strings and text after the object accepted;
+numbers over 1000 digits and nesting over 1000 levels unreadable; a field of the wrong type makes the message
+unreadable), and timestamp text is parsed as Spark's ``CAST(text AS timestamp)`` parses it.
 """
 
 from __future__ import annotations
 
+import base64
+import json
+import math
+import re
+import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from functools import partial
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame
 
 from cdcreplay import schema as S
 from cdcreplay.config import ConfigError, PipelineConfig
 from cdcreplay.formats.canal_json import DDL_TYPES, ROW_TYPES
-from cdcreplay.formats.common import (
-    KIND_CHANGE,
-    TEXT_MAP,
-    control,
-    entry,
-    finish,
-    quarantine,
-    single,
-    text_payload,
-    unreadable_json,
+from cdcreplay.formats.python_rows import (
+    DecodeError,
+    RawRecord,
+    change,
+    control_entry,
+    decode_with_python,
+    truncate,
 )
-from cdcreplay.value_types import let, mysql_type_to_spark, safe_timestamp_micros, safe_timestamp_millis
+from cdcreplay.formats.routing import KIND_QUARANTINE, table_id_of
+from cdcreplay.formats.spark_casts import (
+    INT64,
+    SPARK_BLANKS,
+    spark_timestamp_micros,
+    spark_zone,
+    timestamp_text,
+    wall_clock_to_utc,
+)
+from cdcreplay.formats.spark_json import copied_json_string, java_double
+from cdcreplay.value_types import MAX_MICROS, MIN_MICROS, mysql_type_name_to_spark
 
 FORMAT_MYSQL = "drs-json-mysql"
 FORMAT_JSON_C = "drs-json-c"
 FORMAT_RDBMS = "drs-json-rdbms"
 
-VALUE_SCHEMA = (
-    "data array<map<string,string>>, old array<map<string,string>>, database string, schema string, table string, "
-    "type string, opType string, isDdl boolean, pkNames array<string>, mysqlType map<string,string>, "
-    "columnType map<string,string>, sqlType map<string,string>, dbType string, sql string, es bigint, ts bigint, "
-    "id bigint, _corrupt_record string"
-)
-ROWS = "array<map<string,string>>"
-TIMESTAMP_TEXT = "yyyy-MM-dd HH:mm:ss.SSSSSS"
+TIMESTAMP_TEXT = "yyyy-MM-dd HH:mm:ss.SSSSSS"  # how a timestamp value is written (Spark's date_format pattern)
 
 
 @dataclass(frozen=True)
@@ -96,10 +111,40 @@ VARIANTS = {
 }
 
 
+# --- Spark's text rules the values follow ----------------------------------------------------------------------------
+
+# Java regex: \s is ASCII whitespace; `.` stops at any line terminator; `$` also matches before a final terminator.
+JAVA_SPACE = "[ \\t\\n\\x0b\\f\\r]"
+JAVA_FINAL_TERMINATORS = ("\r\n", "\n", "\r", "\u0085", "\u2028", "\u2029")
+INT32 = (-(2**31), 2**31 - 1)
+
+
+def _java_fullmatch(pattern: re.Pattern, text: str) -> re.Match | None:
+    """``text`` matches Java's ``^pattern$``: at the end, or before one final line terminator."""
+    match = pattern.fullmatch(text)
+    if match is None:
+        for terminator in JAVA_FINAL_TERMINATORS:
+            if text.endswith(terminator):
+                return pattern.fullmatch(text[: -len(terminator)])
+    return match
+
+
+def _spark_int(text: str) -> int | None:
+    """``try_cast(text AS int)``: trimmed, an optional sign, digits, in range; else None."""
+    text = text.strip(SPARK_BLANKS)
+    if not re.fullmatch(r"[+-]?[0-9]+", text):
+        return None
+    value = int(text)
+    return value if INT32[0] <= value <= INT32[1] else None
+
+
 # --- types ---------------------------------------------------------------------------------------------------------
 
+_JDBC_TYPES = {-6: "int", 5: "int", 4: "int", -5: "bigint", 7: "float", 6: "double", 8: "double", 16: "boolean"}
+_JDBC_TYPES.update({91: "date", -2: "binary", -3: "binary", -4: "binary", 2004: "binary"})
 
-def jdbc_code_to_spark(code: Column) -> Column:
+
+def jdbc_code_to_spark(code: str | None) -> str:
     """``sqlType`` (java.sql.Types) -> Spark type, used only for a column ``mysqlType`` does not name.
 
     Codes whose meaning DRS bends are strings: the vendor sample reports DATETIME as 94 and TIMESTAMP as 93, and
@@ -107,20 +152,24 @@ def jdbc_code_to_spark(code: Column) -> Column:
     FLOAT(6)/DOUBLE(8) double, BOOLEAN(16) boolean, DATE(91) date, BINARY(-2)/VARBINARY(-3)/LONGVARBINARY(-4)/BLOB(2004)
     binary, everything else string.
     """
-    c = code.try_cast("int")
-    return (
-        F.when(c.isin(-6, 5, 4), F.lit("int"))
-        .when(c == -5, F.lit("bigint"))
-        .when(c == 7, F.lit("float"))
-        .when(c.isin(6, 8), F.lit("double"))
-        .when(c == 16, F.lit("boolean"))
-        .when(c == 91, F.lit("date"))
-        .when(c.isin(-2, -3, -4, 2004), F.lit("binary"))
-        .otherwise(F.lit("string"))
-    )
+    return _JDBC_TYPES.get(_spark_int(code) if code is not None else None, "string")
 
 
-def rdbms_type_to_spark(type_name: Column) -> Column:
+_RDBMS_TYPES = {
+    **dict.fromkeys(("boolean", "bool"), "boolean"),
+    **dict.fromkeys(("smallint", "int2", "tinyint", "smallserial"), "smallint"),
+    **dict.fromkeys(("integer", "int", "int4", "serial"), "int"),
+    **dict.fromkeys(("bigint", "int8", "bigserial"), "bigint"),
+    **dict.fromkeys(("real", "float4"), "float"),
+    **dict.fromkeys(("double precision", "float8"), "double"),
+    "date": "date",
+    **dict.fromkeys(("timestamp", "timestamp without time zone"), "timestamp_ntz"),
+    **dict.fromkeys(("timestamp with time zone", "timestamptz"), "timestamp"),
+    "bytea": "binary",
+}
+
+
+def rdbms_type_to_spark(type_name: str | None) -> str:
     """A ``columnType`` name (PostgreSQL / GaussDB spelling, no length) -> Spark type.
 
     boolean/bool boolean; smallint/int2/tinyint smallint; integer/int/int4/serial int; bigint/int8/bigserial bigint;
@@ -129,229 +178,420 @@ def rdbms_type_to_spark(type_name: Column) -> Column:
     interval, character types, json/jsonb, ranges, bit, uuid, xml and anything else: string, exact text. An empty
     name (Oracle, SQL Server) is a string too; ``tables.<t>.column_types`` declares the real type.
     """
-    t = F.lower(F.trim(type_name))
-    return (
-        F.when(t.isin("boolean", "bool"), F.lit("boolean"))
-        .when(t.isin("smallint", "int2", "tinyint", "smallserial"), F.lit("smallint"))
-        .when(t.isin("integer", "int", "int4", "serial"), F.lit("int"))
-        .when(t.isin("bigint", "int8", "bigserial"), F.lit("bigint"))
-        .when(t.isin("real", "float4"), F.lit("float"))
-        .when(t.isin("double precision", "float8"), F.lit("double"))
-        .when(t == "date", F.lit("date"))
-        .when(t.isin("timestamp", "timestamp without time zone"), F.lit("timestamp_ntz"))
-        .when(t.isin("timestamp with time zone", "timestamptz"), F.lit("timestamp"))
-        .when(t == "bytea", F.lit("binary"))
-        .otherwise(F.lit("string"))
-    )
+    if type_name is None:
+        return "string"
+    return _RDBMS_TYPES.get(type_name.strip(" ").lower(), "string")
 
 
-def _declared_types(m: Column, variant: Variant) -> Column:
-    empty = F.create_map().cast(TEXT_MAP)
+def _mysql_type(type_name: str | None) -> str:
+    return "string" if type_name is None else mysql_type_name_to_spark(type_name)
+
+
+def _declared_types(maps: dict, variant: Variant) -> dict[str, str]:
     if variant.types_from == "rdbms":
-        return F.transform_values(F.coalesce(m["columnType"], empty), lambda _c, t: rdbms_type_to_spark(t))
-    mysql_types = F.coalesce(m["mysqlType"], empty)
-    by_code = F.transform_values(
-        F.map_filter(F.coalesce(m["sqlType"], empty), lambda c, _t: ~F.map_contains_key(mysql_types, c)),
-        lambda _c, code: jdbc_code_to_spark(code),
-    )
-    return F.map_concat(by_code, F.transform_values(mysql_types, lambda _c, t: mysql_type_to_spark(t)))
-
-
-# --- config lookups (finish applies the same config afterwards; the decoder needs it earlier) ----------------------
-
-
-def table_id_of(db: Column, schema: Column, table: Column) -> Column:
-    """The table id ``finish`` derives: the non-empty parts joined by dots; NULL without a table name."""
-    parts = [F.nullif(part, F.lit("")) for part in (db, schema, table)]
-    return F.when(parts[2].isNotNull(), F.concat_ws(".", *parts))
-
-
-def _config_map(entries: dict[str, Column], value_type: str) -> Column:
-    if not entries:
-        return F.create_map().cast(f"map<string,{value_type}>")
-    return F.create_map(*[x for key in sorted(entries) for x in (F.lit(key), entries[key])])
-
-
-def configured_keys(pipeline: PipelineConfig) -> Column:
-    """map<table id, key columns> of ``tables.<t>.primary_key``."""
-    return _config_map(
-        {tid: F.array(*[F.lit(c) for c in t.primary_key]) for tid, t in pipeline.tables.items() if t.primary_key},
-        "array<string>",
-    )
-
-
-def configured_types(pipeline: PipelineConfig) -> Column:
-    """map<table id, map<column, Spark type>> of ``tables.<t>.column_types``."""
-    return _config_map(
-        {
-            tid: F.create_map(*[x for c, ty in sorted(t.column_types.items()) for x in (F.lit(c), F.lit(ty))])
-            for tid, t in pipeline.tables.items()
-            if t.column_types
-        },
-        TEXT_MAP,
-    )
+        return {c: rdbms_type_to_spark(t) for c, t in (maps["columnType"] or {}).items()}
+    mysql_types = maps["mysqlType"] or {}
+    # sqlType's JDBC code types only a column mysqlType does not name.
+    declared = {c: jdbc_code_to_spark(code) for c, code in (maps["sqlType"] or {}).items() if c not in mysql_types}
+    declared.update((c, _mysql_type(t)) for c, t in mysql_types.items())
+    return declared
 
 
 # --- values --------------------------------------------------------------------------------------------------------
 
-JAVA_BYTE_LIST = r"^\[\s*(-?[0-9]{1,3}(\s*,\s*-?[0-9]{1,3})*)?\s*\]$"
+JAVA_BYTE_LIST = re.compile(
+    rf"\[{JAVA_SPACE}*(-?[0-9]{{1,3}}({JAVA_SPACE}*,{JAVA_SPACE}*-?[0-9]{{1,3}})*)?{JAVA_SPACE}*\]"
+)
+_BYTE_LIST_ITEMS = re.compile(rf"\[{JAVA_SPACE}*([^\n\r\u0085\u2028\u2029]*?){JAVA_SPACE}*\]")
+_BYTE_LIST_SEPARATOR = re.compile(rf"{JAVA_SPACE}*,{JAVA_SPACE}*")
+_EPOCH_SECONDS = re.compile(r"-?[0-9]{1,12}(\.[0-9]{1,6})?")
+_HEX = re.compile(r"([0-9a-fA-F]{2})*")
 
 
-def plain_base64(data: Column) -> Column:
-    """Base64 in one line: Spark's base64() breaks its output every 76 characters (MIME) unless configured not to."""
-    return F.regexp_replace(F.base64(data), "[\r\n]", "")
+def _base64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
 
 
-def java_bytes_to_base64(value: Column) -> Column:
-    """``"[106, -1, 0]"`` (Java's Arrays.toString of a byte[]) -> base64; NULL unless every item is in -128..127."""
-    inner = F.regexp_extract(value, r"^\[\s*(.*?)\s*\]$", 1)
-    items = F.when(inner == "", F.array().cast("array<int>")).otherwise(
-        F.transform(F.split(inner, r"\s*,\s*"), lambda item: item.try_cast("int"))
-    )
-    return let(
-        items,
-        lambda byte_values: F.when(
-            value.rlike(JAVA_BYTE_LIST) & F.forall(byte_values, lambda b: b.between(-128, 127)),
-            plain_base64(
-                F.unhex(F.array_join(F.transform(byte_values, lambda b: F.lpad(F.hex(F.pmod(b, 256)), 2, "0")), ""))
-            ),
-        ),
-    )
+def java_bytes_to_base64(value: str) -> str | None:
+    """``"[106, -1, 0]"`` (Java's Arrays.toString of a byte[]) -> base64; None unless every item is in -128..127."""
+    if _java_fullmatch(JAVA_BYTE_LIST, value) is None:
+        return None
+    # The items as the Spark expression read them: the text between the brackets, up to a line break.
+    items = _java_fullmatch(_BYTE_LIST_ITEMS, value)
+    inner = items.group(1) if items is not None else ""
+    numbers = [int(item) for item in _BYTE_LIST_SEPARATOR.split(inner)] if inner else []
+    if not all(-128 <= number <= 127 for number in numbers):
+        return None
+    return _base64(bytes(number % 256 for number in numbers))
 
 
-def hex_to_base64(value: Column) -> Column:
-    """PostgreSQL bytea hex output (``"62797465"``, optional ``\\x``) -> base64; NULL for anything else."""
-    digits = F.regexp_replace(value, r"^\\x", "")
-    return F.when(digits.rlike(r"^([0-9a-fA-F]{2})*$"), plain_base64(F.unhex(digits)))
+def hex_to_base64(value: str) -> str | None:
+    """PostgreSQL bytea hex output (``"62797465"``, optional ``\\x``) -> base64; None for anything else."""
+    digits = value.removeprefix("\\x")
+    return _base64(bytes.fromhex(digits)) if _HEX.fullmatch(digits) else None
 
 
-def epoch_seconds_to_text(value: Column) -> Column:
-    """``"1624614713.201"`` (MySQL TIMESTAMP as DRS JSON prints it) -> UTC timestamp text; NULL if malformed."""
-    micros = F.try_multiply(value.try_cast("decimal(20,6)"), F.lit(1_000_000)).try_cast("bigint")
-    return F.when(
-        value.rlike(r"^-?[0-9]{1,12}(\.[0-9]{1,6})?$"), F.date_format(safe_timestamp_micros(micros), TIMESTAMP_TEXT)
-    )
+def epoch_seconds_to_text(value: str) -> str | None:
+    """``"1624614713.201"`` (MySQL TIMESTAMP as DRS JSON prints it) -> UTC timestamp text; None if malformed."""
+    if _java_fullmatch(_EPOCH_SECONDS, value) is None:
+        return None
+    text = value.strip(SPARK_BLANKS)  # what CAST trims (a final line break the pattern allows)
+    if _EPOCH_SECONDS.fullmatch(text) is None:
+        return None
+    seconds, _, fraction = text.lstrip("-").partition(".")
+    micros = int(seconds) * 1_000_000 + int(fraction.ljust(6, "0"))
+    micros = -micros if text.startswith("-") else micros
+    return timestamp_text(micros) if MIN_MICROS <= micros <= MAX_MICROS else None
 
 
-def zoned_text_to_utc(value: Column, zone: str | None) -> Column:
+def zoned_text_to_utc(value: str, zone: str | None) -> str | None:
     """Timestamp text -> UTC timestamp text. With ``zone``, the text is a wall clock there; else an offset in the
     text (``+08``) or UTC applies."""
-    parsed = value.try_cast("timestamp")
-    if zone and zone != "UTC":
-        parsed = F.to_utc_timestamp(parsed, zone)
-    return F.date_format(parsed, TIMESTAMP_TEXT)
+    micros = spark_timestamp_micros(value)
+    if micros is not None and zone and zone != "UTC":
+        # Spark's to_utc_timestamp: the UTC wall clock of the instant, read as a wall clock in `zone`.
+        micros = wall_clock_to_utc(micros, spark_zone(zone))
+    if micros is None or not INT64[0] <= micros <= INT64[1]:
+        return None
+    return timestamp_text(micros)
 
 
-def _canonical_image(image: Column, types: Column, variant: Variant, zone: str | None) -> Column:
-    """A row object of the message -> canonical text by the column's (effective) Spark type."""
+def _canonical_image(image: dict | None, types: dict[str, str], variant: Variant, zone: str | None):
+    """A row object of the message -> (canonical text by the column's effective Spark type, columns that did not
+    convert: present in the message, NULL after conversion)."""
+    if image is None:
+        return None, []
+    converted, lost = {}, []
+    for column, value in image.items():
+        spark_type = types.get(column)
+        if value is not None and spark_type in ("binary", "timestamp"):
+            if variant.types_from == "rdbms":
+                text = hex_to_base64(value) if spark_type == "binary" else zoned_text_to_utc(value, None)
+            elif spark_type == "binary":
+                text = java_bytes_to_base64(value)
+            elif variant.mysql_timestamp == "epoch":
+                text = epoch_seconds_to_text(value)
+            else:
+                text = zoned_text_to_utc(value, zone)
+            if text is None:
+                lost.append(column)
+            value = text
+        converted[column] = value
+    return converted, lost
 
-    def convert(column: Column, value: Column) -> Column:
-        spark_type = types[column]
-        if variant.types_from == "rdbms":
-            return (
-                F.when(value.isNull(), value)
-                .when(spark_type == "binary", hex_to_base64(value))
-                .when(spark_type == "timestamp", zoned_text_to_utc(value, None))
-                .otherwise(value)
-            )
-        timestamp = (
-            epoch_seconds_to_text(value) if variant.mysql_timestamp == "epoch" else zoned_text_to_utc(value, zone)
+
+# --- the message as Spark's from_json read it ------------------------------------------------------------------------
+
+
+class _Malformed(ValueError):
+    """A field of the message that from_json could not read as its declared type: the message is unreadable."""
+
+
+MAX_NUMBER_DIGITS = 1000  # Jackson's StreamReadConstraints, as Spark reads JSON
+MAX_NESTING = 1000
+_LONG_NUMBER = re.compile(f"[-+0-9.eE]{{{MAX_NUMBER_DIGITS + 1}}}")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_JSON_SPACE = " \t\r\n"
+
+
+def _java_double(value: float) -> str:
+    """A JSON number as Jackson copies it: Java's Double.toString; NaN and infinities as quoted text."""
+    if math.isnan(value):
+        return '"NaN"'
+    if math.isinf(value):
+        return '"Infinity"' if value > 0 else '"-Infinity"'
+    return java_double(value)
+
+
+def _json_text(value) -> str:
+    """A nested JSON value as compact JSON text, as Jackson writes it."""
+    if isinstance(value, str):
+        return copied_json_string(value)
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return _java_double(value)
+    if isinstance(value, list):
+        return "[" + ",".join(_json_text(v) for v in value) + "]"
+    return "{" + ",".join(f"{_json_text(k)}:{_json_text(v)}" for k, v in value.items()) + "}"
+
+
+def _text(value) -> str | None:
+    """A JSON value read as a Spark string: strings as they are, anything else as its JSON text."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    return _json_text(value)
+
+
+def _text_map(message: dict, name: str) -> dict[str, str | None] | None:
+    value = message.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _Malformed(name)
+    return {column: v if v is None or isinstance(v, str) else _text(v) for column, v in value.items()}
+
+
+def _rows(message: dict, name: str) -> list | None:
+    value = message.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise _Malformed(name)
+    rows = []
+    for row in value:
+        if row is not None and not isinstance(row, dict):
+            raise _Malformed(name)
+        rows.append(
+            None if row is None else {c: v if v is None or isinstance(v, str) else _text(v) for c, v in row.items()}
         )
-        return (
-            F.when(value.isNull(), value)
-            .when(spark_type == "binary", java_bytes_to_base64(value))
-            .when(spark_type == "timestamp", timestamp)
-            .otherwise(value)
+    return rows
+
+
+def _bigint(message: dict, name: str) -> int | None:
+    value = message.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not INT64[0] <= value <= INT64[1]:
+        raise _Malformed(name)
+    return value
+
+
+def _nesting(text: str) -> int:
+    """The deepest nesting of arrays and objects in JSON text (strings skipped)."""
+    depth = deepest = 0
+    for token in re.finditer(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', text, re.DOTALL):
+        char = token.group(0)
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+def _check_number(text: str, convert):
+    if sum(char.isdigit() for char in text) > MAX_NUMBER_DIGITS:
+        raise ValueError("number too long")
+    return convert(text)
+
+
+def _single_quotes(text: str) -> str:
+    """JSON text with Jackson's single-quoted strings (and ``\\'`` escapes) rewritten to standard JSON."""
+    out, index, size = [], 0, len(text)
+    while index < size:
+        char = text[index]
+        if char not in "\"'":
+            out.append(char)
+            index += 1
+            continue
+        quote, index, body = char, index + 1, []
+        while index < size and text[index] != quote:
+            if text[index] == "\\" and index + 1 < size:
+                escaped = text[index + 1]
+                body.append("'" if escaped == "'" else "\\" + escaped)
+                index += 2
+            else:
+                body.append('\\"' if text[index] == '"' else text[index])
+                index += 1
+        if index >= size:
+            return "".join(out) + quote + "".join(body)  # unterminated: left for the parser to reject
+        out.append('"' + "".join(body) + '"')
+        index += 1
+    return "".join(out)
+
+
+def _parse(text: str):
+    """The first JSON value of ``text`` as Spark's from_json reads it (Jackson with Spark's options); ValueError."""
+    start = len(text) - len(text.lstrip(_JSON_SPACE))
+    decoder = json.JSONDecoder()
+    if _LONG_NUMBER.search(text):
+        decoder = json.JSONDecoder(
+            parse_int=partial(_check_number, convert=int), parse_float=partial(_check_number, convert=float)
         )
+    try:
+        return decoder.raw_decode(text, start)[0]
+    except RecursionError:
+        pass
+    except ValueError:
+        if "'" not in text:
+            raise
+        return decoder.raw_decode(_single_quotes(text), start)[0]
+    # Nested deeper than Python's recursion limit allows by default: Jackson reads up to MAX_NESTING levels.
+    if _nesting(text) > MAX_NESTING:
+        raise ValueError("nested too deep")
+    with _deep_recursion():
+        return decoder.raw_decode(text, start)[0]
 
-    return F.transform_values(image, convert)
+
+@contextmanager
+def _deep_recursion():
+    """Room for MAX_NESTING levels of JSON (parsed and written back as text) in Python's recursion limit."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 4 * MAX_NESTING))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(limit)
 
 
-def _lost_columns(converted: Column, raw: Column) -> Column:
-    """Columns whose value is present in the message but did not convert."""
-    lost = F.map_keys(F.map_filter(converted, lambda column, value: value.isNull() & raw[column].isNotNull()))
-    return F.coalesce(lost, F.array().cast("array<string>"))
+def _without_lone_surrogates(value):
+    """Spark stores text as UTF-8: a lone UTF-16 surrogate (which JSON can escape) becomes '?'."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("?", value) if _LONE_SURROGATE.search(value) else value
+    if isinstance(value, list):
+        return [_without_lone_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_without_lone_surrogates(k): _without_lone_surrogates(v) for k, v in value.items()}
+    return value
 
 
 # --- entries -------------------------------------------------------------------------------------------------------
 
 
-def _position(m: Column) -> Column:
-    """DRS's event serial ``id``, the one order key (``es`` is not: see the module docstring)."""
-    return F.when(m["id"].isNotNull(), F.array(m["id"].cast("decimal(38,0)"))).otherwise(
-        F.array().cast("array<decimal(38,0)>")
-    )
+def _quarantine(reason: str, detail: str | None) -> dict:
+    return {"record_kind": KIND_QUARANTINE, "reason": reason, "detail": detail}
 
 
-def _row_entries(m: Column, variant: Variant, zone: str | None) -> Column:
+def _event_time(millis: int | None) -> datetime | None:
+    if millis is None:
+        return None
+    micros = millis * 1000
+    if not INT64[0] <= micros <= INT64[1] or not MIN_MICROS <= micros <= MAX_MICROS:
+        return None
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=micros)
+
+
+def _row_entries(
+    images: dict, type_name: str, row_op: str, variant: Variant, zone: str, keys, types, common: dict
+) -> list[dict]:
     """Changelog entries for the rows of one INSERT/INIT/UPDATE/DELETE message (a key-moving UPDATE gives two)."""
-    row_op = F.element_at(F.create_map(*[F.lit(x) for kv in ROW_TYPES.items() for x in kv]), F.col("message_type"))
     is_update, is_delete = row_op == S.OP_UPDATE, row_op == S.OP_DELETE
-    rows = F.when(is_delete, m[variant.delete_rows]).otherwise(m["data"])
-    count = F.size(F.coalesce(rows, F.array().cast(ROWS)))
-    types, keys = F.col("effective_types"), F.col("effective_keys")
-    identity = {"source_db": m["database"], "source_schema": m["schema"], "source_table": m["table"]}
-    common = {
-        "record_kind": F.lit(KIND_CHANGE),
-        "key_columns": keys,
-        "column_types": types,
-        "position": _position(m),
-        "event_time": safe_timestamp_millis(m["es"]),
-        **identity,
-    }
-
-    def one_row(index: Column) -> Column:
-        raw_row = rows[index]
-        raw_old = F.when(is_update, m["old"][index])
-        return let(
-            F.struct(
-                _canonical_image(raw_row, types, variant, zone).alias("row"),
-                _canonical_image(raw_old, types, variant, zone).alias("old"),
-            ),
-            lambda images: let(
-                F.array_distinct(
-                    F.concat(_lost_columns(images["row"], raw_row), _lost_columns(images["old"], raw_old))
-                ),
-                lambda lost: _entries_of_row(images["row"], images["old"], lost, row_op, index, keys, common),
-            ),
+    old = images["old"]
+    rows = images[variant.delete_rows if is_delete else "data"]
+    if not rows:
+        if is_delete:
+            detail = f"DELETE without the deleted row: `{variant.delete_rows}` is null or empty"
+        else:
+            detail = f"type {type_name} message without rows in `data`"
+        return [_quarantine(S.REASON_MISSING_IMAGE, detail)]
+    entries = []
+    for index, raw_row in enumerate(rows):
+        # An UPDATE's `old[i]` is its FULL before image. Past the end of a shorter `old` there is none (the
+        # Spark-expression decoder before this one failed the whole run on such a message).
+        raw_old = old[index] if is_update and old is not None and index < len(old) else None
+        row, lost = _canonical_image(raw_row, types, variant, zone)
+        before, lost_old = _canonical_image(raw_old, types, variant, zone)
+        lost += [column for column in lost_old if column not in lost]
+        if lost:
+            detail = "value cannot be decoded with its declared type in column(s): " + ", ".join(lost)
+            entries.append(_quarantine(S.REASON_BAD_VALUE, detail))
+            continue
+        # A key column whose old value differs from its new one (null-safe) means the row moved to another key.
+        moved = (
+            is_update
+            and before is not None
+            and any(k in before and before[k] != (row or {}).get(k) for k in keys or ())
         )
-
-    no_rows = F.when(
-        is_delete, F.lit(f"DELETE without the deleted row: `{variant.delete_rows}` is null or empty")
-    ).otherwise(F.concat(F.lit("type "), m["type"], F.lit(" message without rows in `data`")))
-    return F.when(count > 0, F.flatten(F.transform(F.sequence(F.lit(0), count - 1), one_row))).otherwise(
-        single(quarantine(S.REASON_MISSING_IMAGE, no_rows))
-    )
-
-
-def _entries_of_row(row, old, lost, row_op, index, keys, common) -> Column:
-    is_update, is_delete = row_op == S.OP_UPDATE, row_op == S.OP_DELETE
-    # A key column whose old value differs from its new one (null-safe) means the row moved to another key.
-    moved = (
-        is_update
-        & old.isNotNull()
-        & (F.size(F.coalesce(keys, F.array().cast("array<string>"))) > 0)
-        & F.exists(
-            F.coalesce(keys, F.array().cast("array<string>")),
-            lambda k: F.map_contains_key(old, k) & ~old[k].eqNullSafe(row[k]),
+        if moved:
+            entries.append(change(S.OP_DELETE, key_image=before, after=None, before=before, row_index=index, **common))
+        entries.append(
+            change(
+                row_op,
+                key_image=row,
+                after=None if is_delete else row,
+                before=row if is_delete else before,
+                row_index=index,
+                **common,
+            )
         )
-    )
-    change = entry(
-        op=row_op,
-        key_image=row,
-        after=F.when(~is_delete, row),
-        before=F.when(is_delete, row).otherwise(old),
-        row_index=index,
-        **common,
-    )
-    delete_old_key = entry(op=F.lit(S.OP_DELETE), key_image=old, before=old, row_index=index, **common)
-    bad = quarantine(
-        S.REASON_BAD_VALUE,
-        F.concat(F.lit("value cannot be decoded with its declared type in column(s): "), F.array_join(lost, ", ")),
-    )
-    return (
-        F.when(F.size(lost) > 0, F.array(bad)).when(moved, F.array(delete_old_key, change)).otherwise(F.array(change))
-    )
+    return entries
+
+
+def _message_entries(message: dict, variant: Variant, zone: str, config_keys: dict, config_types: dict) -> list:
+    db, schema, table = (_text(message.get(name)) for name in ("database", "schema", "table"))
+    type_text, op_text = _text(message.get("type")), _text(message.get("opType"))
+    is_ddl = message.get("isDdl")
+    if is_ddl is not None and not isinstance(is_ddl, bool):
+        raise _Malformed("isDdl")
+    pk_names = message.get("pkNames")
+    if pk_names is not None and not isinstance(pk_names, list):
+        raise _Malformed("pkNames")
+    pk_names = None if pk_names is None else [_text(c) for c in pk_names]
+    es, message_id = _bigint(message, "es"), _bigint(message, "id")
+    _bigint(message, "ts")
+    # Every field is read (and checked) whatever the message's type: from_json reads the whole schema.
+    maps = {name: _text_map(message, name) for name in ("mysqlType", "sqlType", "columnType")}
+    rows = {name: _rows(message, name) for name in ("data", "old")}
+    kind = type_text if type_text is not None else op_text
+    kind = None if kind is None else kind.upper()
+    identity = {"db": db, "schema": schema, "table": table}
+    # DRS's event serial `id` is the one order key (`es` is not: see the module docstring).
+    where = {"position": [] if message_id is None else [Decimal(message_id)], "event_time": _event_time(es)}
+    if kind == "TRUNCATE":
+        return [truncate(**identity, **where)]
+    sql = _text(message.get("sql"))
+    if is_ddl or kind in DDL_TYPES:
+        truncates = (
+            kind is not None
+            and kind != "INIT_DDL"
+            and re.match(rf"{JAVA_SPACE}*truncate{JAVA_SPACE}", (sql or "").lower())
+        )
+        if truncates:
+            return [truncate(**identity, **where)]
+        # DDL is recorded, never applied: the latest-state schema follows the row images' declared types.
+        return [control_entry(S.CONTROL_DDL_KIND, sql, **identity)]
+    if kind not in ROW_TYPES:
+        named = type_text if type_text is not None else op_text if op_text is not None else "null"
+        return [
+            _quarantine(S.REASON_UNKNOWN_OP, f"type '{named}' is not INSERT, UPDATE, DELETE, INIT, INIT_DDL or DDL")
+        ]
+    table_id = table_id_of(db, schema, table)
+    # Types and key the config declares win (routing applies them again): values must convert by the same types.
+    types = {**_declared_types(maps, variant), **config_types.get(table_id, {})}
+    keys = config_keys.get(table_id) or pk_names
+    common = {**identity, "key_columns": keys, "column_types": types, **where}
+    # JSON for RDBMS may name the operation in `opType` alone.
+    type_name = type_text if type_text is not None else op_text
+    return _row_entries(rows, type_name, ROW_TYPES[kind], variant, zone, keys, types, common)
+
+
+def decode_record(variant: Variant, zone: str, config_keys: dict, config_types: dict, record: RawRecord) -> list[dict]:
+    try:
+        text = record.value.decode("utf-8")
+    except UnicodeDecodeError:
+        raise DecodeError(S.REASON_NOT_UTF8, "payload is not valid UTF-8 text") from None
+    not_json = DecodeError(S.REASON_NOT_JSON, f"payload is not a JSON object: {text[:120]}")
+    try:
+        message = _parse(text)
+    except ValueError:
+        raise not_json from None
+    if not isinstance(message, dict):
+        raise not_json
+    try:
+        try:
+            return _entries(message, text, variant, zone, config_keys, config_types)
+        except RecursionError:  # a value nested deeper than Python's default recursion limit, written back as text
+            with _deep_recursion():
+                return _entries(message, text, variant, zone, config_keys, config_types)
+    except _Malformed:
+        raise not_json from None
+
+
+def _entries(message: dict, text: str, variant: Variant, zone: str, config_keys: dict, config_types: dict) -> list:
+    entries = _message_entries(message, variant, zone, config_keys, config_types)
+    if _SURROGATE_ESCAPE.search(text):
+        entries = [_without_lone_surrogates(entry) for entry in entries]
+    return entries
 
 
 def timestamp_zone_of(pipeline: PipelineConfig) -> str:
@@ -367,54 +607,19 @@ def timestamp_zone_of(pipeline: PipelineConfig) -> str:
     return zone
 
 
+def configured_keys(pipeline: PipelineConfig) -> dict[str, list[str]]:
+    """{table id: key columns} of ``tables.<t>.primary_key``."""
+    return {tid: list(t.primary_key) for tid, t in pipeline.tables.items() if t.primary_key}
+
+
+def configured_types(pipeline: PipelineConfig) -> dict[str, dict[str, str]]:
+    """{table id: {column: Spark type}} of ``tables.<t>.column_types``."""
+    return {tid: dict(t.column_types) for tid, t in pipeline.tables.items() if t.column_types}
+
+
 def decode_variant(records: DataFrame, pipeline: PipelineConfig, variant: Variant) -> DataFrame:
     zone = str(pipeline.options.get("timestamp_zone", "UTC"))
     if variant.mysql_timestamp == "wall_clock":
         timestamp_zone_of(pipeline)  # an unknown zone stops the run before any record is read
-    text = text_payload(F.col("value"))
-    parsed = F.from_json(text, VALUE_SCHEMA, {"columnNameOfCorruptRecord": "_corrupt_record", "mode": "PERMISSIVE"})
-    m = F.col("m")
-    table_id = table_id_of(m["database"], m["schema"], m["table"])
-    declared = _declared_types(m, variant)
-    # Types and key the config declares win (finish applies them again): values must convert by the same types.
-    effective_types = F.map_concat(
-        declared, F.coalesce(configured_types(pipeline)[table_id], F.create_map().cast(TEXT_MAP))
-    )
-    staged = records.select("*", text.alias("text"), parsed.alias("m")).select(
-        "*",
-        F.upper(F.coalesce(m["type"], m["opType"])).alias("message_type"),
-        effective_types.alias("effective_types"),
-        F.coalesce(configured_keys(pipeline)[table_id], m["pkNames"]).alias("effective_keys"),
-    )
-    message_type = F.col("message_type")
-    identity = {"source_db": m["database"], "source_schema": m["schema"], "source_table": m["table"]}
-    truncate = entry(
-        record_kind=F.lit(KIND_CHANGE),
-        op=F.lit(S.OP_TRUNCATE),
-        position=_position(m),
-        event_time=safe_timestamp_millis(m["es"]),
-        **identity,
-    )
-    is_ddl = m["isDdl"] | message_type.isin(*DDL_TYPES)
-    truncates = (message_type != "INIT_DDL") & F.lower(F.coalesce(m["sql"], F.lit(""))).rlike(r"^\s*truncate\s")
-    entries = (
-        unreadable_json(text, m)
-        .when(message_type == "TRUNCATE", single(truncate))
-        .when(is_ddl & truncates, single(truncate))
-        # DDL is recorded, never applied: the latest-state schema follows the row images' declared types.
-        .when(is_ddl, single(control(S.CONTROL_DDL_KIND, m["sql"], **identity)))
-        .when(message_type.isin(*ROW_TYPES), _row_entries(m, variant, zone))
-        .otherwise(
-            single(
-                quarantine(
-                    S.REASON_UNKNOWN_OP,
-                    F.concat(
-                        F.lit("type '"),
-                        F.coalesce(m["type"], m["opType"], F.lit("null")),
-                        F.lit("' is not INSERT, UPDATE, DELETE, INIT, INIT_DDL or DDL"),
-                    ),
-                )
-            )
-        )
-    )
-    return finish(staged, entries, pipeline)
+    decode = partial(decode_record, variant, zone, configured_keys(pipeline), configured_types(pipeline))
+    return decode_with_python(records, decode, pipeline)

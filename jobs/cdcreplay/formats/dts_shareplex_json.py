@@ -1,4 +1,5 @@
-"""Alibaba DTS "Shareplex Json" (formats.md section a2). Native Spark throughout.
+"""Alibaba DTS "Shareplex Json" (formats.md section a2). Decoded in Python (``python_rows``):
+one JSON parse per message, read as Spark's from_json read it (``configured_types``).
 
 A message is ``{meta: {time, userid, op, scn, rowid, trans, seq, size, table, idx, posttime}, data, key}``:
   ins / INSERT              `data` is the new row.
@@ -29,37 +30,29 @@ then the operation's sequence number inside its transaction. ``meta.time`` (UTC)
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
+import re
+from functools import partial
+
+from pyspark.sql import DataFrame
 
 from cdcreplay import schema as S
 from cdcreplay.config import ConfigError, PipelineConfig
-from cdcreplay.formats.common import (
-    KIND_CHANGE,
-    TEXT_MAP,
-    control,
-    decimal_positions,
-    entry,
-    finish,
-    quarantine,
-    single,
-    text_payload,
-    unreadable_json,
+from cdcreplay.formats.configured_types import lossy_columns
+from cdcreplay.formats.python_rows import (
+    DecodeError,
+    RawRecord,
+    change,
+    control_entry,
+    decode_with_python,
+    truncate,
 )
-from cdcreplay.formats.configured_types import (
-    configured_keys,
-    configured_types,
-    lossy_columns,
-    table_id_of,
-)
+from cdcreplay.formats.routing import KIND_QUARANTINE, table_id_of
+from cdcreplay.formats.spark_casts import try_decimal, try_timestamp
+from cdcreplay.formats.spark_json import Mismatch, json_document, json_string, struct, text_map, texts_of
 
 FORMAT_ID = "dts-shareplex-json"
 
-VALUE_SCHEMA = (
-    "meta struct<time: string, userid: string, op: string, scn: string, rowid: string, trans: string, seq: string, "
-    "size: string, table: string, idx: string, posttime: string>, "
-    "data map<string,string>, key map<string,string>, _corrupt_record string"
-)
+META_FIELDS = ("time", "userid", "op", "scn", "rowid", "trans", "seq", "size", "table", "idx", "posttime")
 # Normalized op (upper case, one space between words) -> what it means.
 INSERT_OPS = ("INS", "INSERT")
 UPDATE_OPS = ("UPD", "UPDATE", "UPDATE AFTER")
@@ -93,154 +86,123 @@ def check_config(pipeline: PipelineConfig) -> None:
             )
 
 
-def _normalized_op(op: Column) -> Column:
-    return F.regexp_replace(F.upper(F.trim(op)), r"[\s_]+", " ")
+_OP_SEPARATORS = re.compile(r"[ \t\n\x0b\f\r_]+")
+# Java's `(.*)$` (what the table name was cut with): no line terminator inside, at most one ending the text.
+_TABLE = re.compile(r"[^.]*\.([^\n\r\u0085\u2028\u2029]*)(?:\r\n|[\n\r\u0085\u2028\u2029])?\Z")
 
 
-def _position(meta: Column) -> Column:
-    # A transaction id without its three "a.b.c" parts leaves the missing parts NULL (get: no error past the end).
-    trans = F.split(meta["trans"], r"\.")
-    return decimal_positions(meta["scn"], *(F.get(trans, i) for i in range(3)), meta["seq"])
+def _normalized_op(op: str | None) -> str | None:
+    """Upper case, one space between words; only spaces are trimmed at the ends (as Spark's trim)."""
+    return None if op is None else _OP_SEPARATORS.sub(" ", op.strip(" ").upper())
+
+
+def _position(meta: dict) -> list:
+    # A transaction id without its three "a.b.c" parts leaves the missing parts NULL.
+    trans = meta["trans"].split(".") if meta["trans"] is not None else []
+    parts = [trans[i] if i < len(trans) else None for i in range(3)]
+    return [try_decimal(part) for part in (meta["scn"], *parts, meta["seq"])]
+
+
+def _quarantine(reason: str, detail: str) -> dict:
+    return {"record_kind": KIND_QUARANTINE, "reason": reason, "detail": detail}
+
+
+def decode_record(tables: dict[str, tuple[list[str], dict[str, str]]], record: RawRecord) -> list[dict]:
+    message = json_document(record.value)
+    try:
+        meta = texts_of(struct(message.get("meta")) or {}, *META_FIELDS)
+        data, before_key = text_map(message.get("data")), text_map(message.get("key"))
+    except Mismatch:
+        raise DecodeError(S.REASON_NOT_JSON, f"payload is not a JSON object: {record.value.decode()[:120]}") from None
+    return _entries(tables, meta, data, before_key)
+
+
+def _entries(tables: dict, meta: dict, data: dict | None, before_key: dict | None) -> list[dict]:
+    qualified = meta["table"]
+    schema, table = None, qualified
+    if qualified is not None and "." in qualified:
+        schema = qualified.split(".", 1)[0]
+        cut = _TABLE.match(qualified)
+        table = cut.group(1) if cut else ""
+    identity = {"schema": schema, "table": table}
+    key_columns, types = tables.get(table_id_of(None, schema, table), (None, None))
+    op, op_name = meta["op"], _normalized_op(meta["op"])
+    where = {"position": _position(meta), "event_time": try_timestamp(meta["time"])}
+
+    if op_name in TRUNCATE_OPS:
+        detail = None if qualified is None else f"TRUNCATE {qualified}"
+        return [truncate(db=None, **identity, **where), control_entry(S.CONTROL_TRUNCATE, detail, **identity)]
+    if op_name in DROP_COLUMN_OPS:
+        columns = "" if data is None else _json_map(data)
+        return [control_entry(S.CONTROL_DDL_KIND, f"DROP COLUMN {columns}", **identity)]
+    if op_name in BEFORE_OPS:
+        return [
+            control_entry(
+                S.CONTROL_UPDATE_BEFORE,
+                "UPDATE BEFORE carries the before image only; the UPDATE AFTER message applies the change",
+                **identity,
+            )
+        ]
+    if op_name not in (*INSERT_OPS, *UPDATE_OPS, *DELETE_OPS):
+        return [
+            _quarantine(S.REASON_UNKNOWN_OP, f"meta.op '{op if op is not None else 'null'}' is not one of {KNOWN_OPS}")
+        ]
+    lossy = []
+    for image in (data, before_key):
+        lossy += [column for column in lossy_columns(image, types) if column not in lossy]
+    if lossy:
+        return [
+            _quarantine(
+                S.REASON_BAD_VALUE,
+                "value would be rounded or truncated by its configured type in column(s): " + ", ".join(sorted(lossy)),
+            )
+        ]
+
+    def row(row_op: str, after: dict | None, before: dict | None, key_image: dict) -> dict:
+        return change(
+            row_op, db=None, **identity, key_columns=None, after=after, before=before, key_image=key_image, **where
+        )
+
+    if op_name in INSERT_OPS:
+        if data is None:
+            return [_quarantine(S.REASON_MISSING_IMAGE, f"op {op} without data")]
+        return [row(S.OP_INSERT, data, None, data)]
+    if op_name in DELETE_OPS:
+        if data is None:
+            return [_quarantine(S.REASON_MISSING_IMAGE, f"op {op} without data")]
+        return [row(S.OP_DELETE, None, data, data)]
+    if data is None and before_key is None:
+        return [_quarantine(S.REASON_MISSING_IMAGE, f"op {op} without data and key")]
+    merged = {**(before_key or {}), **(data or {})}
+    # A key column present in `data` with a value other than the one in `key`: the update moves the row.
+    key_changed = (
+        data is not None
+        and before_key is not None
+        and any(c in data and c in before_key and data[c] != before_key[c] for c in key_columns or ())
+    )
+    if not key_changed:
+        return [row(S.OP_UPDATE, merged, before_key, merged)]
+    if all(column in merged for column in types or {}):
+        moved_row = row(S.OP_UPDATE, merged, before_key, merged)
+    else:
+        moved_row = _quarantine(
+            S.REASON_PARTIAL_KEY_CHANGE,
+            f"update moves the row to a new key but carries only the columns {', '.join(sorted(merged))}; the old "
+            "key is deleted, the new row's other values are not in the message (resync the table)",
+        )
+    return [row(S.OP_DELETE, None, before_key, before_key), moved_row]
+
+
+def _json_map(image: dict[str, str | None]) -> str:
+    """A map<string,string> as Spark's to_json writes it."""
+    return "{" + ",".join(f"{json_string(k)}:{'null' if v is None else json_string(v)}" for k, v in image.items()) + "}"
 
 
 def decode(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
     check_config(pipeline)
-    text = text_payload(F.col("value"))
-    parsed = F.from_json(text, VALUE_SCHEMA, {"columnNameOfCorruptRecord": "_corrupt_record", "mode": "PERMISSIVE"})
-    staged = records.select("*", text.alias("text"), parsed.alias("m"))
-    m = F.col("m")
-    meta = m["meta"]
-    qualified = meta["table"]
-    has_schema = F.instr(qualified, ".") > 0
-    identity = {
-        "source_schema": F.when(has_schema, F.substring_index(qualified, ".", 1)),
-        "source_table": F.when(has_schema, F.regexp_extract(qualified, r"^[^.]*\.(.*)$", 1)).otherwise(qualified),
+    tables = {
+        table_id: (list(table.primary_key), dict(table.column_types))
+        for table_id, table in pipeline.tables.items()
+        if table.primary_key or table.column_types
     }
-    table_id = table_id_of(F.lit(None).cast("string"), identity["source_schema"], identity["source_table"])
-    key_columns = configured_keys(pipeline)[table_id]
-    types = configured_types(pipeline)[table_id]
-    empty = F.create_map().cast(TEXT_MAP)
-    data, before_key = m["data"], m["key"]
-    merged = F.map_concat(F.coalesce(before_key, empty), F.coalesce(data, empty))
-    staged = staged.select(
-        "*",
-        _normalized_op(meta["op"]).alias("op_name"),
-        merged.alias("merged"),
-        F.array_distinct(
-            F.concat(lossy_columns(merged, types), lossy_columns(data, types), lossy_columns(before_key, types))
-        ).alias("lossy"),
-    )
-    op_name, merged, lossy = F.col("op_name"), F.col("merged"), F.col("lossy")
-    position, event_time = _position(meta), meta["time"].try_cast("timestamp")
-
-    def change(op: str, after: Column | None, before: Column | None, key_image: Column) -> Column:
-        images = {name: image for name, image in (("after", after), ("before", before)) if image is not None}
-        return entry(
-            record_kind=F.lit(KIND_CHANGE),
-            op=F.lit(op),
-            key_image=key_image,
-            position=position,
-            event_time=event_time,
-            **images,
-            **identity,
-        )
-
-    # A key column present in `data` with a value other than the one in `key`: the update moves the row.
-    key_changed = F.coalesce(
-        F.exists(
-            key_columns,
-            lambda c: (
-                F.map_contains_key(data, c) & F.map_contains_key(before_key, c) & ~data[c].eqNullSafe(before_key[c])
-            ),
-        ),
-        F.lit(False),
-    )
-    complete = F.forall(
-        F.coalesce(F.map_keys(types), F.array().cast("array<string>")), lambda c: F.map_contains_key(merged, c)
-    )
-    moved_row = F.when(complete, change(S.OP_UPDATE, merged, before_key, merged)).otherwise(
-        quarantine(
-            S.REASON_PARTIAL_KEY_CHANGE,
-            F.concat(
-                F.lit("update moves the row to a new key but carries only the columns "),
-                F.array_join(F.array_sort(F.map_keys(merged)), ", "),
-                F.lit("; the old key is deleted, the new row's other values are not in the message (resync the table)"),
-            ),
-        )
-    )
-    update = F.when(key_changed, F.array(change(S.OP_DELETE, None, before_key, before_key), moved_row)).otherwise(
-        single(change(S.OP_UPDATE, merged, before_key, merged))
-    )
-    truncate = entry(
-        record_kind=F.lit(KIND_CHANGE), op=F.lit(S.OP_TRUNCATE), position=position, event_time=event_time, **identity
-    )
-
-    entries = (
-        unreadable_json(text, m)
-        .when(
-            op_name.isin(*TRUNCATE_OPS),
-            F.array(truncate, control(S.CONTROL_TRUNCATE, F.concat(F.lit("TRUNCATE "), qualified), **identity)),
-        )
-        .when(
-            op_name.isin(*DROP_COLUMN_OPS),
-            single(
-                control(
-                    S.CONTROL_DDL_KIND,
-                    F.concat(F.lit("DROP COLUMN "), F.coalesce(F.to_json(data), F.lit(""))),
-                    **identity,
-                )
-            ),
-        )
-        .when(
-            op_name.isin(*BEFORE_OPS),
-            single(
-                control(
-                    S.CONTROL_UPDATE_BEFORE,
-                    "UPDATE BEFORE carries the before image only; the UPDATE AFTER message applies the change",
-                    **identity,
-                )
-            ),
-        )
-        .when(
-            op_name.isin(*INSERT_OPS, *UPDATE_OPS, *DELETE_OPS) & (F.size(lossy) > 0),
-            single(
-                quarantine(
-                    S.REASON_BAD_VALUE,
-                    F.concat(
-                        F.lit("value would be rounded or truncated by its configured type in column(s): "),
-                        F.array_join(F.array_sort(lossy), ", "),
-                    ),
-                )
-            ),
-        )
-        .when(
-            op_name.isin(*INSERT_OPS) & data.isNull(),
-            single(quarantine(S.REASON_MISSING_IMAGE, F.concat(F.lit("op "), meta["op"], F.lit(" without data")))),
-        )
-        .when(op_name.isin(*INSERT_OPS), single(change(S.OP_INSERT, data, None, data)))
-        .when(
-            op_name.isin(*UPDATE_OPS) & data.isNull() & before_key.isNull(),
-            single(
-                quarantine(S.REASON_MISSING_IMAGE, F.concat(F.lit("op "), meta["op"], F.lit(" without data and key")))
-            ),
-        )
-        .when(op_name.isin(*UPDATE_OPS), update)
-        .when(
-            op_name.isin(*DELETE_OPS) & data.isNull(),
-            single(quarantine(S.REASON_MISSING_IMAGE, F.concat(F.lit("op "), meta["op"], F.lit(" without data")))),
-        )
-        .when(op_name.isin(*DELETE_OPS), single(change(S.OP_DELETE, None, data, data)))
-        .otherwise(
-            single(
-                quarantine(
-                    S.REASON_UNKNOWN_OP,
-                    F.concat(
-                        F.lit("meta.op '"),
-                        F.coalesce(meta["op"], F.lit("null")),
-                        F.lit(f"' is not one of {KNOWN_OPS}"),
-                    ),
-                )
-            )
-        )
-    )
-    return finish(staged, entries, pipeline)
+    return decode_with_python(records, partial(decode_record, tables), pipeline)

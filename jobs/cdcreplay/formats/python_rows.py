@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
+from functools import partial
 
 from pyspark.sql import DataFrame
 
@@ -172,10 +173,17 @@ def _arrow_entry(entry: dict) -> dict:
 
 
 def decode_with_python(
-    records: DataFrame, decode_record: Callable[[RawRecord], list[dict]], pipeline: PipelineConfig
+    records: DataFrame,
+    decode_record: Callable[..., list[dict]],
+    pipeline: PipelineConfig,
+    context_columns: tuple[str, ...] = (),
 ) -> DataFrame:
     """Raw records -> decoded rows (``formats.common.DECODED_DDL``), decoding each record with ``decode_record``
-    and routing its entries (``formats.routing``) in the same pass over each Arrow batch."""
+    and routing its entries (``formats.routing``) in the same pass over each Arrow batch.
+
+    ``context_columns``: further columns of ``records`` a format joined to each record (DataWorks: its update pair's
+    messages); their values are passed first, ``decode_record(*context, record)``.
+    """
     routing = Routing.of(pipeline)
     arrow_schema = decoded_arrow_schema()  # on the driver: parsing the DDL needs the Spark session
 
@@ -194,9 +202,12 @@ def decode_with_python(
                     columns["value"][index],
                     headers,
                 )
-                for entry in safe_decode(decode_record, record):
+                decode = decode_record
+                if context_columns:
+                    decode = partial(decode_record, *(columns[name][index] for name in context_columns))
+                for entry in safe_decode(decode, record):
                     record_rows.append(index)
                     rows.append(route(entry, routing))
             yield decoded_batch(batch, record_rows, rows, arrow_schema)
 
-    return records.select(*RECORD_COLUMNS).mapInArrow(run, DECODED_DDL)
+    return records.select(*RECORD_COLUMNS, *context_columns).mapInArrow(run, DECODED_DDL)
