@@ -1,5 +1,5 @@
 """Alibaba DataWorks "Kafka message format" (formats.md section b). Decoded in Python (``python_rows``): one
-JSON parse per message, read as Spark's from_json read it (``configured_types``); the update pairs are found in Spark.
+JSON parse per message, read as Spark's from_json read it (``spark_json``); the update pairs are found in Spark.
 
 A message is ``{schema: {dataColumn: [{name, type}], primaryKey, source: {dbName, schemaName, tableName}},
 payload: {before: {dataColumn: {...}}, after: {dataColumn: {...}}, sequenceId, op, timestamp: {eventTime, ...},
@@ -61,7 +61,7 @@ from cdcreplay.formats.routing import (
     KIND_QUARANTINE,
     table_id_of,
 )
-from cdcreplay.formats.spark_casts import timestamp_of_millis, try_decimal, zone_of
+from cdcreplay.formats.spark_casts import SPARK_BLANKS, timestamp_of_millis, try_decimal, zone_of
 from cdcreplay.formats.spark_json import Mismatch, bigint, json_document, struct, text, text_array, text_map, texts_of
 
 FORMAT_ID = "dataworks-json"
@@ -167,13 +167,12 @@ def _wall_clock(value: str, zone) -> datetime | None:
         return None
 
 
-_SPARK_BLANKS = "".join(chr(code) for code in range(33)) + "\x7f"
 _LONG = re.compile(r"[+-]?[0-9]+")
 
 
 def _try_bigint(value: str) -> int | None:
     """``try_cast(value AS bigint)``: an integer in the 64-bit range, blanks around it ignored (no fraction)."""
-    digits = value.strip(_SPARK_BLANKS)
+    digits = value.strip(SPARK_BLANKS)
     if not _LONG.fullmatch(digits):
         return None
     number = int(digits)
