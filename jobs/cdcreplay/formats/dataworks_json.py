@@ -59,9 +59,10 @@ from cdcreplay.formats.python_rows import (
 )
 from cdcreplay.formats.routing import (
     KIND_QUARANTINE,
+    Routing,
     table_id_of,
 )
-from cdcreplay.formats.spark_casts import SPARK_BLANKS, timestamp_of_millis, try_decimal, zone_of
+from cdcreplay.formats.spark_casts import timestamp_of_millis, try_decimal, try_integer, zone_of
 from cdcreplay.formats.spark_json import Mismatch, bigint, json_document, struct, text, text_array, text_map, texts_of
 
 FORMAT_ID = "dataworks-json"
@@ -158,25 +159,13 @@ def _read(record: RawRecord) -> _Message:
 def _wall_clock(value: str, zone) -> datetime | None:
     """A DATE value (epoch ms, text) as the wall clock in ``zone``: ``from_utc_timestamp(timestamp_millis(v), zone)``;
     NULL when the text is no integer or the instant is outside years 1..9999."""
-    moment = timestamp_of_millis(_try_bigint(value))
+    moment = timestamp_of_millis(try_integer(value, 64))
     if moment is None:
         return None
     try:
         return moment.astimezone(zone).replace(tzinfo=None)
     except (OverflowError, ValueError):
         return None
-
-
-_LONG = re.compile(r"[+-]?[0-9]+")
-
-
-def _try_bigint(value: str) -> int | None:
-    """``try_cast(value AS bigint)``: an integer in the 64-bit range, blanks around it ignored (no fraction)."""
-    digits = value.strip(SPARK_BLANKS)
-    if not _LONG.fullmatch(digits):
-        return None
-    number = int(digits)
-    return number if -(2**63) <= number < 2**63 else None
 
 
 def _canonical_image(image, declared: dict, effective: dict, zone) -> tuple[dict | None, list[str]]:
@@ -380,9 +369,8 @@ def _with_partners(records: DataFrame) -> DataFrame:
 
 def decode(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
     zone = zone_of(time_zone_of(pipeline))
-    keys = {tid: list(t.primary_key) for tid, t in pipeline.tables.items() if t.primary_key}
-    types = {tid: dict(t.column_types) for tid, t in pipeline.tables.items() if t.column_types}
-    settings = (keys, types, zone)
+    configured = Routing.of(pipeline)  # the keys and types the config declares, as routing applies them
+    settings = (configured.keys, configured.types, zone)
     partnered = _with_partners(records)
     return decode_with_python(
         partnered, partial(decode_record, settings), pipeline, context_columns=("before_partner", "after_partner")

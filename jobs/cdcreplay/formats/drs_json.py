@@ -75,13 +75,14 @@ from cdcreplay.formats.python_rows import (
     decode_with_python,
     truncate,
 )
-from cdcreplay.formats.routing import KIND_QUARANTINE, table_id_of
+from cdcreplay.formats.routing import KIND_QUARANTINE, Routing, table_id_of
 from cdcreplay.formats.spark_casts import (
     INT64,
     SPARK_BLANKS,
     spark_timestamp_micros,
     spark_zone,
     timestamp_text,
+    try_integer,
     wall_clock_to_utc,
 )
 from cdcreplay.formats.spark_json import copied_json_string, java_double
@@ -116,7 +117,6 @@ VARIANTS = {
 # Java regex: \s is ASCII whitespace; `.` stops at any line terminator; `$` also matches before a final terminator.
 JAVA_SPACE = "[ \\t\\n\\x0b\\f\\r]"
 JAVA_FINAL_TERMINATORS = ("\r\n", "\n", "\r", "\u0085", "\u2028", "\u2029")
-INT32 = (-(2**31), 2**31 - 1)
 
 
 def _java_fullmatch(pattern: re.Pattern, text: str) -> re.Match | None:
@@ -127,15 +127,6 @@ def _java_fullmatch(pattern: re.Pattern, text: str) -> re.Match | None:
             if text.endswith(terminator):
                 return pattern.fullmatch(text[: -len(terminator)])
     return match
-
-
-def _spark_int(text: str) -> int | None:
-    """``try_cast(text AS int)``: trimmed, an optional sign, digits, in range; else None."""
-    text = text.strip(SPARK_BLANKS)
-    if not re.fullmatch(r"[+-]?[0-9]+", text):
-        return None
-    value = int(text)
-    return value if INT32[0] <= value <= INT32[1] else None
 
 
 # --- types ---------------------------------------------------------------------------------------------------------
@@ -152,7 +143,7 @@ def jdbc_code_to_spark(code: str | None) -> str:
     FLOAT(6)/DOUBLE(8) double, BOOLEAN(16) boolean, DATE(91) date, BINARY(-2)/VARBINARY(-3)/LONGVARBINARY(-4)/BLOB(2004)
     binary, everything else string.
     """
-    return _JDBC_TYPES.get(_spark_int(code) if code is not None else None, "string")
+    return _JDBC_TYPES.get(try_integer(code, 32) if code is not None else None, "string")
 
 
 _RDBMS_TYPES = {
@@ -607,19 +598,10 @@ def timestamp_zone_of(pipeline: PipelineConfig) -> str:
     return zone
 
 
-def configured_keys(pipeline: PipelineConfig) -> dict[str, list[str]]:
-    """{table id: key columns} of ``tables.<t>.primary_key``."""
-    return {tid: list(t.primary_key) for tid, t in pipeline.tables.items() if t.primary_key}
-
-
-def configured_types(pipeline: PipelineConfig) -> dict[str, dict[str, str]]:
-    """{table id: {column: Spark type}} of ``tables.<t>.column_types``."""
-    return {tid: dict(t.column_types) for tid, t in pipeline.tables.items() if t.column_types}
-
-
 def decode_variant(records: DataFrame, pipeline: PipelineConfig, variant: Variant) -> DataFrame:
     zone = str(pipeline.options.get("timestamp_zone", "UTC"))
     if variant.mysql_timestamp == "wall_clock":
         timestamp_zone_of(pipeline)  # an unknown zone stops the run before any record is read
-    decode = partial(decode_record, variant, zone, configured_keys(pipeline), configured_types(pipeline))
+    configured = Routing.of(pipeline)  # the keys and types the config declares, as routing applies them
+    decode = partial(decode_record, variant, zone, configured.keys, configured.types)
     return decode_with_python(records, decode, pipeline)

@@ -52,6 +52,19 @@ def try_decimal(value: str | None) -> Decimal | None:
     return rounded if rounded.copy_abs() < DECIMAL_LIMIT else None
 
 
+_INTEGER_TEXT = re.compile(r"[+-]?[0-9]+")
+
+
+def try_integer(value: str, bits: int) -> int | None:
+    """``try_cast(value AS int)`` (bits 32) or ``AS bigint`` (bits 64): an optional sign and digits, blanks around
+    them ignored, in range; else None."""
+    digits = value.strip(SPARK_BLANKS)
+    if not _INTEGER_TEXT.fullmatch(digits):
+        return None
+    number = int(digits)
+    return number if -(2 ** (bits - 1)) <= number < 2 ** (bits - 1) else None
+
+
 _COMMON_TIMESTAMP = re.compile(
     r"([0-9]{4})-([0-9]{2})-([0-9]{2})[T ]([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]{1,6}))?Z?"
 )
