@@ -530,3 +530,20 @@ def test_avro_table_names():
         split_table_name('"shop.t')
     with pytest.raises(ValueError, match=r"is not table, db\.table or db\.schema\.table"):
         split_table_name("a..b")
+
+
+def test_a_row_count_the_message_does_not_hold_is_quarantined_or_applied_without_a_before_image(spark, tmp_path):
+    """Two shapes that crashed the Spark-expression decoder or left an empty detail: an RDBMS message naming its op
+    only in `opType` with no rows, and an UPDATE whose `old` holds fewer before images than `data` has rows."""
+    no_rows = {**_row_message("UPDATE", None, None, 1), "type": None, "opType": "UPDATE"}
+    row = {"id": "1", "v": "x", "b": "[]", "ts": "1.5"}
+    short_old = _row_message("UPDATE", [row, {**row, "id": "2"}], [{**row, "v": "old"}], 2)
+    rows = decode(spark, tmp_path, [no_rows], pipeline("drs-json-rdbms"), name="rdbms")
+    assert [(r["record_kind"], r["reason"], r["detail"]) for r in rows] == [
+        ("quarantine", "missing_image", "type UPDATE message without rows in `data`")
+    ]
+    rows = decode(spark, tmp_path, [short_old], pipeline("drs-json-mysql"), name="mysql")
+    assert [(r["record_kind"], r["op"], r["key"], (r["before"] or {}).get("v")) for r in rows] == [
+        ("changelog", "update", '["1"]', "old"),
+        ("changelog", "update", '["2"]', None),
+    ]
