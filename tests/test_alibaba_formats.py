@@ -13,15 +13,23 @@ import json
 
 import pytest
 from alibaba_helpers import decode_values, golden, pipeline, rows, sample
+from archive_helpers import Record
 from pyspark.sql import functions as F
 
 from cdcreplay.compaction import latest_rows
 from cdcreplay.config import ConfigError
 from cdcreplay.formats.canal_json import LEGACY_DELETE_NOTE
 
+NOT_UNICODE = "the decoded field {} escapes a lone UTF-16 surrogate (\\ud800-\\udfff): not Unicode text"
 CANAL = "alibaba-dts-canal-json"
 SHAREPLEX = "alibaba-dts-shareplex-json"
 DATAWORKS = "alibaba-dataworks-kafka-json"
+
+
+def outcomes(decoded) -> list[tuple]:
+    """(topic, partition, offset, record_kind, reason, detail) per decoded row, in record order."""
+    columns = ("topic", "partition", "offset", "record_kind", "reason", "detail")
+    return [tuple(r) for r in decoded.select(*columns).orderBy("offset", "row_index", "record_kind").collect()]
 
 
 def live_state(decoded) -> dict:
@@ -285,6 +293,28 @@ def test_shareplex_bad_messages_are_quarantined_with_their_reason(spark, tmp_pat
     assert found[-2]["detail"].startswith("no primary key value for table SHOP.UNDECLARED (key columns: none)")
 
 
+def test_shareplex_single_quotes_are_not_json_and_a_lone_surrogate_is_not_unicode(spark, tmp_path):
+    """Jackson read single-quoted strings and Spark held a lone UTF-16 surrogate escape as "?"; neither is kept, as
+    for every JSON format: the message is not JSON, and a row that would hold the surrogate is quarantined
+    ``not_utf8`` naming the field (as canal-json's is). A surrogate in a field Shareplex does not write changes
+    nothing."""
+    values = [
+        shareplex("ins", {"ID": "1", "A": "a"}).replace('"', "'"),
+        shareplex("ins", {"ID": "2", "A": "a\ud800"}),
+        shareplex("upd", {"A": "b"}, {"ID": "3", "A": "\udfff"}),  # the old value, in the before image
+        shareplex("ins", {"ID": "4", "A": "a"}, userid="\ud800"),  # meta.userid is not written
+    ]
+    records = [Record("sp.t", 2, 70 + index, value) for index, value in enumerate(values)]
+    found = outcomes(decode_values(spark, tmp_path, records, pipeline("dts-shareplex-json", SHOP_T)))
+    assert found[0][:5] == ("sp.t", 2, 70, "quarantine", "not_json")
+    assert found[0][5].startswith("payload is not a JSON object: {'meta': {'time': '2024-01-02T03:04:05', 'op': 'ins'")
+    assert found[1:] == [
+        ("sp.t", 2, 71, "quarantine", "not_utf8", NOT_UNICODE.format("after")),
+        ("sp.t", 2, 72, "quarantine", "not_utf8", NOT_UNICODE.format("before")),
+        ("sp.t", 2, 73, "changelog", None, None),
+    ]
+
+
 @pytest.mark.parametrize(
     ("tables", "message"),
     [
@@ -508,6 +538,29 @@ def test_dataworks_bad_messages_are_quarantined_with_their_reason(spark, tmp_pat
         assert (row["record_kind"], row["reason"]) == ("quarantine", reason), row
         if detail is not None:
             assert row["detail"] == detail
+
+
+def test_dataworks_single_quotes_are_not_json_and_a_lone_surrogate_is_not_unicode(spark, tmp_path):
+    """As for every JSON format: a single-quoted message is not JSON, and a row that would hold a lone UTF-16 surrogate
+    (Spark held it as "?") is quarantined ``not_utf8`` naming the field -- also when the before image comes from the
+    UPDATE_BEFOR of the pair. A surrogate in a field DataWorks does not write changes nothing."""
+    values = [
+        dataworks("INSERT", "1", item(1)).replace('"', "'"),
+        dataworks("INSERT", "2", item(2, "a\ud800")),
+        dataworks("UPDATE_BEFOR", "3", before=item(3, "\udfff")),
+        dataworks("UPDATE_AFTER", "3", after=item(3, "b")),
+        dataworks("INSERT", "4", item(4), scn="\ud800"),  # payload.scn is not written
+    ]
+    records = [Record("dw.items", 1, 20 + index, value) for index, value in enumerate(values)]
+    found = outcomes(decode_values(spark, tmp_path, records, pipeline("dataworks-json")))
+    assert found[0][:5] == ("dw.items", 1, 20, "quarantine", "not_json")
+    assert found[0][5].startswith("payload is not a JSON object: {'schema': {'dataColumn': [{'name': 'id'")
+    assert found[1:] == [
+        ("dw.items", 1, 21, "quarantine", "not_utf8", NOT_UNICODE.format("after")),
+        ("dw.items", 1, 22, "control", None, "before image of the update applied by partition 1 offset 23"),
+        ("dw.items", 1, 23, "quarantine", "not_utf8", NOT_UNICODE.format("before")),
+        ("dw.items", 1, 24, "changelog", None, None),
+    ]
 
 
 def test_dataworks_unknown_time_zone_is_a_config_error(spark, tmp_path):

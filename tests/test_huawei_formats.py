@@ -27,6 +27,8 @@ from cdcreplay.entrypoints import EXIT_OK, replay_main
 from cdcreplay.formats import decoder
 from cdcreplay.formats.avro_wire import fingerprint
 from cdcreplay.formats.drs_avro import split_table_name
+from cdcreplay.formats.python_rows import DecodeError
+from cdcreplay.formats.spark_json import json_document, text
 from cdcreplay.simulator import simulate, write_archive
 from cdcreplay.simulator.encode_drs_avro import DRS_RECORD_SCHEMA
 from cdcreplay.simulator.encode_drs_json import encode_drs_json, pipeline_settings
@@ -408,6 +410,62 @@ def test_postgresql_source_reproduces_the_truth(spark, tmp_path):
             key=lambda row: tuple(row[k] for k in spec.primary_key),
         )
         assert rows == history.final_state(spec.table_id), spec.table_id
+
+
+# --- DRS JSON: what is not JSON, what is not Unicode, and the reader's limits ----------------------------------------
+
+NOT_UNICODE = "the decoded field {} escapes a lone UTF-16 surrogate (\\ud800-\\udfff): not Unicode text"
+
+
+def test_single_quotes_are_not_json_and_a_lone_surrogate_is_not_unicode(spark, tmp_path):
+    """Jackson read single-quoted strings and Spark held a lone UTF-16 surrogate escape as "?"; DRS JSON keeps neither,
+    like every JSON format: a single-quoted message is not JSON, and a row that would hold a lone surrogate (a value,
+    a column name, a before image) is quarantined ``not_utf8`` naming the field, as canal-json's is. A surrogate in a
+    field DRS does not read changes nothing."""
+    row = {"id": "1", "v": "x", "b": "[]", "ts": "1.5"}
+    values = [
+        json.dumps(_row_message("INSERT", [row], None, 1)).replace('"', "'"),
+        json.dumps(_row_message("INSERT", [{**row, "v": "x\ud800"}], None, 2)),
+        json.dumps(_row_message("UPDATE", [row], [{**row, "v": "\udfff"}], 3)),
+        json.dumps(_row_message("INSERT", [{**row, "w\ud800": "y"}], None, 4)),
+        json.dumps({**_row_message("INSERT", [row], None, 5), "extra": "\ud800"}),
+    ]
+    assert all(value.isascii() for value in values)  # JSON escapes (\ud800), valid UTF-8
+    records = [Record("drs.t", 3, 40 + index, value) for index, value in enumerate(values)]
+    parquet = write_parquet(records, tmp_path / "records.parquet")
+    cfg = pipeline("drs-json-mysql")
+    frame = decoder(cfg.format)(archive.read_archive(spark, [str(parquet)], "parquet"), cfg)
+    got = [
+        (r.topic, r.partition, r.offset, r.record_kind, r.reason, r.detail, r.raw_value)
+        for r in frame.orderBy("offset").collect()
+    ]
+    quoted = got[0]
+    assert quoted[:5] == ("drs.t", 3, 40, "quarantine", "not_json")
+    assert quoted[5].startswith("payload is not a JSON object: {'mysqlType': {'id': 'int'")
+    assert quoted[6] == values[0].encode()
+    assert [row[:6] for row in got[1:]] == [
+        ("drs.t", 3, 41, "quarantine", "not_utf8", NOT_UNICODE.format("after")),
+        ("drs.t", 3, 42, "quarantine", "not_utf8", NOT_UNICODE.format("before")),
+        ("drs.t", 3, 43, "quarantine", "not_utf8", NOT_UNICODE.format("after")),
+        ("drs.t", 3, 44, "changelog", None, None),
+    ]
+
+
+def test_the_json_reader_keeps_jacksons_limits():
+    """As Spark 4.2's from_json reads (checked there): a number may have 1000 digits, whatever its sign, point and
+    exponent add, but not 1001; nesting counts within the object read, not in text after it."""
+
+    def read(value: str, after: str = "") -> str:
+        return text(json_document(('{"v": ' + value + "}" + after).encode())["v"])
+
+    assert read("-1." + "0" * 998 + "1") == "-1.0"  # 1000 digits in 1002 characters
+    assert read("-" + "1" * 1000)[:4] == "-111"
+    deep = "[" * 999 + "1" + "]" * 999  # in the object: 1000 levels
+    assert read(deep, " " + "[" * 1001) == deep  # what follows the object is not read
+    for too_long in ("1." + "0" * 999 + "1", "1" * 1001, "[" + deep + "]"):
+        with pytest.raises(DecodeError) as error:
+            read(too_long)
+        assert error.value.reason == "not_json"
 
 
 # --- DRS Avro (project-written schema) ------------------------------------------------------------------------------

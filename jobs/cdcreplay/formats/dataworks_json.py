@@ -84,6 +84,11 @@ PAIR_DDL = (
 )
 OFFSET_ZONE = re.compile(r"^[+-]\d{2}:\d{2}$")
 COORDINATES = ("topic", "partition", "offset")
+# The pair stage's Arrow columns hold UTF-8 text, but a JSON escape can put a lone UTF-16 surrogate into a table name,
+# a sequenceId or a before image (the record that writes it into its decoded row is quarantined `not_utf8`). Such a
+# string -- and, to stay unambiguous, one that starts with the marker -- crosses the stage as the marker and the hex of
+# its bytes, and comes out as it went in.
+CARRIED = "\x00"
 
 
 def check_config(pipeline: PipelineConfig) -> None:
@@ -214,7 +219,8 @@ def decode_record(settings: tuple, before_partner: dict | None, after_partner: d
     """One record's entries; ``before_partner`` / ``after_partner``: its update pair's messages (``_with_partners``)."""
     keys, types, zone = settings
     if before_partner is not None and before_partner["image"] is not None:  # Arrow gives a map as (key, value) pairs
-        before_partner = {**before_partner, "image": dict(before_partner["image"])}
+        image = {_restored(column): _restored(value) for column, value in before_partner["image"]}
+        before_partner = {**before_partner, "image": image}
     m = _read(record)
     op, sequence = m.op, m.sequence
     identity = {"db": m.source["dbName"], "schema": m.source["schemaName"], "table": m.source["tableName"]}
@@ -300,6 +306,28 @@ def decode_record(settings: tuple, before_partner: dict | None, after_partner: d
     return [row(S.OP_UPDATE, after, before, after)]
 
 
+def _carried(value: str | None) -> str | None:
+    """``value`` as the pair stage's Arrow columns can hold it (``_restored`` gives it back)."""
+    if value is None or (not value.startswith(CARRIED) and (value.isascii() or _is_unicode(value))):
+        return value
+    return CARRIED + value.encode("utf-8", "surrogatepass").hex()
+
+
+def _restored(value: str | None) -> str | None:
+    if value is None or not value.startswith(CARRIED):
+        return value
+    return bytes.fromhex(value[len(CARRIED) :]).decode("utf-8", "surrogatepass")
+
+
+def _is_unicode(value: str) -> bool:
+    """No lone UTF-16 surrogate in ``value``: it has a UTF-8 form."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _pair_rows(batches: Iterator, schema) -> Iterator:
     """The UPDATE_BEFOR / UPDATE_AFTER messages that have a sequenceId: their pair key and before image."""
     import pyarrow as pa
@@ -321,11 +349,22 @@ def _pair_rows(batches: Iterator, schema) -> Iterator:
                 continue
             for name, item in zip(
                 schema.names,
-                (record.topic, record.partition, record.offset, m.table_id, m.sequence, m.op, m.before),
+                (
+                    record.topic,
+                    record.partition,
+                    record.offset,
+                    _carried(m.table_id),
+                    _carried(m.sequence),
+                    m.op,
+                    m.before,
+                ),
                 strict=True,
             ):
                 found[name].append(item)
-        found["image"] = [None if image is None else list(image.items()) for image in found["image"]]
+        found["image"] = [
+            None if image is None else [(_carried(k), _carried(v)) for k, v in image.items()]
+            for image in found["image"]
+        ]
         yield pa.RecordBatch.from_pydict(found, schema=schema)
 
 

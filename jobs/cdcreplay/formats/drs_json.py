@@ -42,20 +42,18 @@ MySQL type names map with :func:`cdcreplay.value_types.mysql_type_name_to_spark`
 
 Decoded in Python (``python_rows``): one JSON parse per message, no per-value Spark lambdas. The results are the
 ones the earlier Spark-expression decoder gave, so the parse and the value conversions follow Spark's rules where
-they matter: the message is read as Spark's ``from_json`` reads it (Jackson: a non-string value of a text field
-is its compact JSON text, numbers as Java prints them; single-quoted strings and text after the object accepted;
-numbers over 1000 digits and nesting over 1000 levels unreadable; a field of the wrong type makes the message
-unreadable), and timestamp text is parsed as Spark's ``CAST(text AS timestamp)`` parses it.
+they matter: the message is read as Spark's ``from_json`` read it, by the reader Shareplex and DataWorks share
+(``spark_json``: a non-string value of a text field is its compact JSON text, numbers as Java prints them; text after
+the object ignored; numbers over 1000 digits and nesting over 1000 levels unreadable; a field of the wrong type makes
+the message unreadable), and timestamp text is parsed as Spark's ``CAST(text AS timestamp)`` parses it. Two
+departures from Spark, as for every JSON format: single-quoted strings are not JSON (``not_json``), and a lone UTF-16
+surrogate escape is not turned into "?": a record whose decoded row would hold one is quarantined ``not_utf8``.
 """
 
 from __future__ import annotations
 
 import base64
-import json
-import math
 import re
-import sys
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -85,7 +83,16 @@ from cdcreplay.formats.spark_casts import (
     try_integer,
     wall_clock_to_utc,
 )
-from cdcreplay.formats.spark_json import copied_json_string, java_double
+from cdcreplay.formats.spark_json import (
+    Mismatch,
+    bigint,
+    boolean,
+    json_document,
+    text,
+    text_array,
+    text_map,
+    text_map_array,
+)
 from cdcreplay.value_types import MAX_MICROS, MIN_MICROS, mysql_type_name_to_spark
 
 FORMAT_MYSQL = "drs-json-mysql"
@@ -271,181 +278,6 @@ def _canonical_image(image: dict | None, types: dict[str, str], variant: Variant
     return converted, lost
 
 
-# --- the message as Spark's from_json read it ------------------------------------------------------------------------
-
-
-class _Malformed(ValueError):
-    """A field of the message that from_json could not read as its declared type: the message is unreadable."""
-
-
-MAX_NUMBER_DIGITS = 1000  # Jackson's StreamReadConstraints, as Spark reads JSON
-MAX_NESTING = 1000
-_LONG_NUMBER = re.compile(f"[-+0-9.eE]{{{MAX_NUMBER_DIGITS + 1}}}")
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-_JSON_SPACE = " \t\r\n"
-
-
-def _java_double(value: float) -> str:
-    """A JSON number as Jackson copies it: Java's Double.toString; NaN and infinities as quoted text."""
-    if math.isnan(value):
-        return '"NaN"'
-    if math.isinf(value):
-        return '"Infinity"' if value > 0 else '"-Infinity"'
-    return java_double(value)
-
-
-def _json_text(value) -> str:
-    """A nested JSON value as compact JSON text, as Jackson writes it."""
-    if isinstance(value, str):
-        return copied_json_string(value)
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return _java_double(value)
-    if isinstance(value, list):
-        return "[" + ",".join(_json_text(v) for v in value) + "]"
-    return "{" + ",".join(f"{_json_text(k)}:{_json_text(v)}" for k, v in value.items()) + "}"
-
-
-def _text(value) -> str | None:
-    """A JSON value read as a Spark string: strings as they are, anything else as its JSON text."""
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    return _json_text(value)
-
-
-def _text_map(message: dict, name: str) -> dict[str, str | None] | None:
-    value = message.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise _Malformed(name)
-    return {column: v if v is None or isinstance(v, str) else _text(v) for column, v in value.items()}
-
-
-def _rows(message: dict, name: str) -> list | None:
-    value = message.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, list):
-        raise _Malformed(name)
-    rows = []
-    for row in value:
-        if row is not None and not isinstance(row, dict):
-            raise _Malformed(name)
-        rows.append(
-            None if row is None else {c: v if v is None or isinstance(v, str) else _text(v) for c, v in row.items()}
-        )
-    return rows
-
-
-def _bigint(message: dict, name: str) -> int | None:
-    value = message.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not INT64[0] <= value <= INT64[1]:
-        raise _Malformed(name)
-    return value
-
-
-def _nesting(text: str) -> int:
-    """The deepest nesting of arrays and objects in JSON text (strings skipped)."""
-    depth = deepest = 0
-    for token in re.finditer(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', text, re.DOTALL):
-        char = token.group(0)
-        if char in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif char in "]}":
-            depth -= 1
-    return deepest
-
-
-def _check_number(text: str, convert):
-    if sum(char.isdigit() for char in text) > MAX_NUMBER_DIGITS:
-        raise ValueError("number too long")
-    return convert(text)
-
-
-def _single_quotes(text: str) -> str:
-    """JSON text with Jackson's single-quoted strings (and ``\\'`` escapes) rewritten to standard JSON."""
-    out, index, size = [], 0, len(text)
-    while index < size:
-        char = text[index]
-        if char not in "\"'":
-            out.append(char)
-            index += 1
-            continue
-        quote, index, body = char, index + 1, []
-        while index < size and text[index] != quote:
-            if text[index] == "\\" and index + 1 < size:
-                escaped = text[index + 1]
-                body.append("'" if escaped == "'" else "\\" + escaped)
-                index += 2
-            else:
-                body.append('\\"' if text[index] == '"' else text[index])
-                index += 1
-        if index >= size:
-            return "".join(out) + quote + "".join(body)  # unterminated: left for the parser to reject
-        out.append('"' + "".join(body) + '"')
-        index += 1
-    return "".join(out)
-
-
-def _parse(text: str):
-    """The first JSON value of ``text`` as Spark's from_json reads it (Jackson with Spark's options); ValueError."""
-    start = len(text) - len(text.lstrip(_JSON_SPACE))
-    decoder = json.JSONDecoder()
-    if _LONG_NUMBER.search(text):
-        decoder = json.JSONDecoder(
-            parse_int=partial(_check_number, convert=int), parse_float=partial(_check_number, convert=float)
-        )
-    try:
-        return decoder.raw_decode(text, start)[0]
-    except RecursionError:
-        pass
-    except ValueError:
-        if "'" not in text:
-            raise
-        return decoder.raw_decode(_single_quotes(text), start)[0]
-    # Nested deeper than Python's recursion limit allows by default: Jackson reads up to MAX_NESTING levels.
-    if _nesting(text) > MAX_NESTING:
-        raise ValueError("nested too deep")
-    with _deep_recursion():
-        return decoder.raw_decode(text, start)[0]
-
-
-@contextmanager
-def _deep_recursion():
-    """Room for MAX_NESTING levels of JSON (parsed and written back as text) in Python's recursion limit."""
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(limit, 4 * MAX_NESTING))
-    try:
-        yield
-    finally:
-        sys.setrecursionlimit(limit)
-
-
-def _without_lone_surrogates(value):
-    """Spark stores text as UTF-8: a lone UTF-16 surrogate (which JSON can escape) becomes '?'."""
-    if isinstance(value, str):
-        return _LONE_SURROGATE.sub("?", value) if _LONE_SURROGATE.search(value) else value
-    if isinstance(value, list):
-        return [_without_lone_surrogates(v) for v in value]
-    if isinstance(value, dict):
-        return {_without_lone_surrogates(k): _without_lone_surrogates(v) for k, v in value.items()}
-    return value
-
-
 # --- entries -------------------------------------------------------------------------------------------------------
 
 
@@ -509,20 +341,15 @@ def _row_entries(
 
 
 def _message_entries(message: dict, variant: Variant, zone: str, config_keys: dict, config_types: dict) -> list:
-    db, schema, table = (_text(message.get(name)) for name in ("database", "schema", "table"))
-    type_text, op_text = _text(message.get("type")), _text(message.get("opType"))
-    is_ddl = message.get("isDdl")
-    if is_ddl is not None and not isinstance(is_ddl, bool):
-        raise _Malformed("isDdl")
-    pk_names = message.get("pkNames")
-    if pk_names is not None and not isinstance(pk_names, list):
-        raise _Malformed("pkNames")
-    pk_names = None if pk_names is None else [_text(c) for c in pk_names]
-    es, message_id = _bigint(message, "es"), _bigint(message, "id")
-    _bigint(message, "ts")
+    db, schema, table = (text(message.get(name)) for name in ("database", "schema", "table"))
+    type_text, op_text = text(message.get("type")), text(message.get("opType"))
+    is_ddl = boolean(message.get("isDdl"))
+    pk_names = text_array(message.get("pkNames"))
+    es, message_id = bigint(message.get("es")), bigint(message.get("id"))
+    bigint(message.get("ts"))
     # Every field is read (and checked) whatever the message's type: from_json reads the whole schema.
-    maps = {name: _text_map(message, name) for name in ("mysqlType", "sqlType", "columnType")}
-    rows = {name: _rows(message, name) for name in ("data", "old")}
+    maps = {name: text_map(message.get(name)) for name in ("mysqlType", "sqlType", "columnType")}
+    rows = {name: text_map_array(message.get(name)) for name in ("data", "old")}
     kind = type_text if type_text is not None else op_text
     kind = None if kind is None else kind.upper()
     identity = {"db": db, "schema": schema, "table": table}
@@ -530,7 +357,7 @@ def _message_entries(message: dict, variant: Variant, zone: str, config_keys: di
     where = {"position": [] if message_id is None else [Decimal(message_id)], "event_time": _event_time(es)}
     if kind == "TRUNCATE":
         return [truncate(**identity, **where)]
-    sql = _text(message.get("sql"))
+    sql = text(message.get("sql"))
     if is_ddl or kind in DDL_TYPES:
         truncates = (
             kind is not None
@@ -557,32 +384,12 @@ def _message_entries(message: dict, variant: Variant, zone: str, config_keys: di
 
 
 def decode_record(variant: Variant, zone: str, config_keys: dict, config_types: dict, record: RawRecord) -> list[dict]:
+    message = json_document(record.value)  # not UTF-8 or not a JSON object: DecodeError, quarantined as such
     try:
-        text = record.value.decode("utf-8")
-    except UnicodeDecodeError:
-        raise DecodeError(S.REASON_NOT_UTF8, "payload is not valid UTF-8 text") from None
-    not_json = DecodeError(S.REASON_NOT_JSON, f"payload is not a JSON object: {text[:120]}")
-    try:
-        message = _parse(text)
-    except ValueError:
-        raise not_json from None
-    if not isinstance(message, dict):
-        raise not_json
-    try:
-        try:
-            return _entries(message, text, variant, zone, config_keys, config_types)
-        except RecursionError:  # a value nested deeper than Python's default recursion limit, written back as text
-            with _deep_recursion():
-                return _entries(message, text, variant, zone, config_keys, config_types)
-    except _Malformed:
-        raise not_json from None
-
-
-def _entries(message: dict, text: str, variant: Variant, zone: str, config_keys: dict, config_types: dict) -> list:
-    entries = _message_entries(message, variant, zone, config_keys, config_types)
-    if _SURROGATE_ESCAPE.search(text):
-        entries = [_without_lone_surrogates(entry) for entry in entries]
-    return entries
+        return _message_entries(message, variant, zone, config_keys, config_types)
+    except Mismatch:  # a field from_json could not read as its declared type: the message is unreadable
+        detail = f"payload is not a JSON object: {record.value.decode('utf-8')[:120]}"
+        raise DecodeError(S.REASON_NOT_JSON, detail) from None
 
 
 def timestamp_zone_of(pipeline: PipelineConfig) -> str:

@@ -1,14 +1,18 @@
 """Message fields read as Spark's ``from_json`` read them, in plain Python (the JSON formats ported from Spark
 expressions: DTS Shareplex JSON, DataWorks JSON, DRS JSON).
 
-The decoders were Spark expressions first (``from_json`` with a schema of string, map<string,string>, struct and
-bigint fields). The readers here keep their results: a field of another JSON type than its schema's makes the message
-unreadable (``not_json``, via :class:`Mismatch`); a string field takes a non-string value as the JSON text Spark
-(Jackson) writes for it -- integers as numbers, other numbers as Java 17 prints a double, NaN and the infinities
-quoted, objects and arrays as compact JSON with UTF-16 surrogates escaped; text after the JSON object is ignored; a
-lone UTF-16 surrogate escape reads as "?", as Spark's UTF-8 strings hold it. Not kept: Jackson's single-quoted
-strings (not JSON: unreadable here), and a key repeated inside one object (the last value counts here, as it does in
-the decoded row; Spark checked the others too).
+The decoders were Spark expressions first (``from_json`` with a schema of string, map<string,string>, struct, array,
+boolean and bigint fields). The readers here keep their results: a field of another JSON type than its schema's makes
+the message unreadable (``not_json``, via :class:`Mismatch`); a string field takes a non-string value as the JSON text
+Spark (Jackson) writes for it -- integers as numbers, other numbers as Java 17 prints a double, NaN and the
+infinities quoted, objects and arrays as compact JSON with UTF-16 surrogates escaped; text after the JSON object is
+ignored; a number of more than 1000 digits (sign, point and exponent not counted) or nesting deeper than 1000 levels
+makes the message unreadable. Not kept: Jackson's single-quoted strings (not JSON: ``not_json`` here, as for every
+JSON format); a lone UTF-16 surrogate escape (``"\\ud800"``), which Spark's UTF-8 strings held as "?" -- here the string
+keeps it, so a record that writes it into its decoded row is quarantined ``not_utf8`` by ``routing`` (naming the
+field, as for canal-json), and one that carries it only in a field the format does not read decodes as without it;
+and a key repeated inside one object (the last value counts here, as it does in the decoded row; Spark checked the
+others too).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ class _Float(str):
     """Any other JSON number, as Spark renders it in a string field (Java's Double.toString)."""
 
 
-MAX_NUMBER_LENGTH = 1000  # Jackson's StreamReadConstraints: a longer number makes the message unreadable
+MAX_NUMBER_LENGTH = 1000  # Jackson's StreamReadConstraints: a number of more digits makes the message unreadable
 MAX_NESTING = 1000
 
 
@@ -198,13 +202,14 @@ def java_double(number: float) -> str:
 
 
 def _integer(text: str) -> _Integer:
-    if len(text.lstrip("-")) > MAX_NUMBER_LENGTH:
+    if len(text) > MAX_NUMBER_LENGTH and len(text.lstrip("-")) > MAX_NUMBER_LENGTH:
         raise ValueError("number too long")
-    return _Integer(int(text))
+    return _Integer("0" if text == "-0" else text)  # JSON writes an integer as its value's text, but for "-0"
 
 
 def _float(text: str) -> _Float:
-    if len(text) > MAX_NUMBER_LENGTH:
+    # Jackson counts the digits of the integer part, the fraction and the exponent: not the sign, point or "e".
+    if len(text) > MAX_NUMBER_LENGTH and sum(char.isdigit() for char in text) > MAX_NUMBER_LENGTH:
         raise ValueError("number too long")
     number = float(text)
     if number != number or number in (float("inf"), float("-inf")):
@@ -220,7 +225,6 @@ _DECODER = json.JSONDecoder(parse_int=_integer, parse_float=_float, parse_consta
 _DEEP_DECODER = json.JSONDecoder(parse_int=_integer, parse_float=_float, parse_constant=_float_constant)
 _DEEP_DECODER.scan_once = py_make_scanner(_DEEP_DECODER)
 _LEADING_SPACE = re.compile(r"[ \t\n\r]*")
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
 def _depth(value) -> int:
@@ -255,26 +259,6 @@ def _parse(text: str, start: int):
     return document
 
 
-class _Lone(str):
-    """A string with a lone UTF-16 surrogate: Spark holds it with "?" in its place, but writes it as an escape when it
-    renders the object or array around it as JSON text."""
-
-
-def _mark_lone(value):
-    if type(value) is str:
-        return value if value.encode("utf-8", "surrogatepass").decode("utf-8", "replace") == value else _Lone(value)
-    if isinstance(value, dict):
-        return {_mark_lone(k): _deep(_mark_lone, v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_deep(_mark_lone, v) for v in value]
-    return value
-
-
-def _spark_text(value: str) -> str:
-    """A string as Spark holds it: a lone surrogate becomes "?" (Java's UTF-8 encoder replaces it)."""
-    return value.encode("utf-8", "replace").decode("utf-8") if type(value) is _Lone else value
-
-
 def json_document(payload: bytes) -> dict:
     """The payload's JSON object (numbers as their Spark text), or DecodeError ``not_utf8`` / ``not_json``."""
     try:
@@ -287,8 +271,6 @@ def json_document(payload: bytes) -> dict:
         document = None
     if not isinstance(document, dict):
         raise DecodeError(S.REASON_NOT_JSON, f"payload is not a JSON object: {text[:120]}")
-    if _SURROGATE_ESCAPE.search(text):
-        document = _mark_lone(document)
     return document
 
 
@@ -339,8 +321,6 @@ def text(value) -> str | None:
         return value
     if isinstance(value, _Integer | _Float):
         return str(value)
-    if type(value) is _Lone:
-        return _spark_text(value)
     try:
         return _compact(value)
     except RecursionError:
@@ -360,7 +340,16 @@ def text_map(value) -> dict[str, str | None] | None:
         return None
     if not isinstance(value, dict):
         raise Mismatch("map")
-    return {_spark_text(key): text(item) for key, item in value.items()}
+    return {key: text(item) for key, item in value.items()}
+
+
+def text_map_array(value) -> list[dict[str, str | None] | None] | None:
+    """A JSON value read into an array<map<string,string>> field: an array of objects (or nulls), or null."""
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise Mismatch("array")
+    return [text_map(item) for item in value]
 
 
 def text_array(value) -> list[str | None] | None:
@@ -370,6 +359,13 @@ def text_array(value) -> list[str | None] | None:
     if not isinstance(value, list):
         raise Mismatch("array")
     return [text(item) for item in value]
+
+
+def boolean(value) -> bool | None:
+    """A JSON value read into a boolean field: true, false or null."""
+    if value is None or value is True or value is False:
+        return value
+    raise Mismatch("boolean")
 
 
 def bigint(value) -> int | None:
