@@ -13,6 +13,7 @@ import copy
 import io
 import json
 import struct
+from functools import partial
 from pathlib import Path
 
 import fastavro
@@ -24,10 +25,10 @@ from cdcreplay import archive
 from cdcreplay.compaction import latest_rows
 from cdcreplay.config import ConfigError, PipelineConfig
 from cdcreplay.entrypoints import EXIT_OK, replay_main
-from cdcreplay.formats import decoder
+from cdcreplay.formats import dataworks_json, decoder, drs_json, dts_shareplex_json
 from cdcreplay.formats.avro_wire import fingerprint
 from cdcreplay.formats.drs_avro import split_table_name
-from cdcreplay.formats.python_rows import DecodeError
+from cdcreplay.formats.python_rows import DecodeError, RawRecord, safe_decode
 from cdcreplay.formats.spark_json import json_document, text
 from cdcreplay.simulator import simulate, write_archive
 from cdcreplay.simulator.encode_drs_avro import DRS_RECORD_SCHEMA
@@ -466,6 +467,25 @@ def test_the_json_reader_keeps_jacksons_limits():
         with pytest.raises(DecodeError) as error:
             read(too_long)
         assert error.value.reason == "not_json"
+
+
+@pytest.mark.parametrize(
+    ("decode_record", "payload"),
+    [
+        (
+            lambda record: drs_json.decode_record(drs_json.VARIANTS["drs-json-mysql"], "UTC", {}, {}, record),
+            '{"type": "INSERT", "table": "t", "data": {"id": "1"}}',  # data: an array of rows
+        ),
+        (partial(dts_shareplex_json.decode_record, {}), '{"meta": {"op": "I"}, "data": ["1"]}'),  # data: an object
+        (partial(dataworks_json.decode_record, ({}, {}, "UTC"), None, None), '{"payload": {"op": 7, "after": 1}}'),
+    ],
+    ids=["drs-json", "dts-shareplex-json", "dataworks-json"],
+)
+def test_a_field_of_another_json_type_makes_the_message_not_json(decode_record, payload):
+    """from_json could not read such a message: it is quarantined not_json, with the start of the payload."""
+    record = RawRecord("t", 0, 5, None, None, payload.encode(), ())
+    [entry] = safe_decode(decode_record, record)
+    assert (entry["reason"], entry["detail"]) == ("not_json", f"payload is not a JSON object: {payload}")
 
 
 # --- DRS Avro (project-written schema) ------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import pytest
 
 from cdcreplay import schema
 from cdcreplay.reconcile import DIFF_COLUMNS, reconcile, run_reconciliation
+from cdcreplay.spark import VECTORIZED_READER
 
 ORDERS = "shop.public.orders"
 ITEMS = "shop.public.items"
@@ -298,7 +299,7 @@ def test_run_reconciliation_with_base_state(spark, tmp_path):
     summary = run_reconciliation(spark, tmp_path / "run", str(tmp_path / "changelog"), str(tmp_path / "state"))
     # The vectorized Parquet reader was on for the reconciliation alone: decoders feed Python from Parquet scans,
     # which hangs under pyspark 4.2.0 with it on.
-    assert spark.conf.get("spark.sql.parquet.enableVectorizedReader") == "false"
+    assert spark.conf.get(VECTORIZED_READER) == "false"
 
     out = tmp_path / "run" / "reconcile"
     assert summary["verdict"] == "fail"

@@ -8,9 +8,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 # pyspark 4.2.0 deadlocks when a Python UDF / mapInArrow reads straight from a vectorized Parquet scan
-# (shared/environment.md). Every Python-side decoder sits on that path, so the row-based reader is used.
+# (shared/environment.md). Every Python-side decoder sits on that path, so the row-based reader is the default;
+# vectorized_parquet_reads turns the vectorized one on where no Python reads the rows.
+VECTORIZED_READER = "spark.sql.parquet.enableVectorizedReader"
 SAFE_DEFAULTS = {
-    "spark.sql.parquet.enableVectorizedReader": "false",  # VECTORIZED_READER
+    VECTORIZED_READER: "false",
     "spark.sql.session.timeZone": "UTC",
     # Overlaying a partial image on a full one (Canal `old` on `data`) is map_concat with the later value winning.
     "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
@@ -44,9 +46,6 @@ def build_session(app_name: str = "cdcreplay", master: str | None = None, extra:
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(os.environ.get("CDCREPLAY_SPARK_LOG_LEVEL", "WARN"))
     return session
-
-
-VECTORIZED_READER = "spark.sql.parquet.enableVectorizedReader"
 
 
 @contextmanager

@@ -63,7 +63,17 @@ from cdcreplay.formats.routing import (
     table_id_of,
 )
 from cdcreplay.formats.spark_casts import timestamp_of_millis, try_decimal, try_integer, zone_of
-from cdcreplay.formats.spark_json import Mismatch, bigint, json_document, struct, text, text_array, text_map, texts_of
+from cdcreplay.formats.spark_json import (
+    Mismatch,
+    bigint,
+    json_document,
+    not_json,
+    struct,
+    text,
+    text_array,
+    text_map,
+    texts_of,
+)
 
 FORMAT_ID = "dataworks-json"
 ROW_ID = "#alibaba_rds_row_id#"
@@ -157,8 +167,7 @@ def _read(record: RawRecord) -> _Message:
     try:
         return _Message(document)
     except Mismatch:
-        text_start = record.value.decode("utf-8")[:120]
-        raise DecodeError(S.REASON_NOT_JSON, f"payload is not a JSON object: {text_start}") from None
+        raise not_json(record.value) from None
 
 
 def _wall_clock(value: str, zone) -> datetime | None:

@@ -66,7 +66,6 @@ from cdcreplay import schema as S
 from cdcreplay.config import ConfigError, PipelineConfig
 from cdcreplay.formats.canal_json import DDL_TYPES, ROW_TYPES
 from cdcreplay.formats.python_rows import (
-    DecodeError,
     RawRecord,
     change,
     control_entry,
@@ -88,6 +87,7 @@ from cdcreplay.formats.spark_json import (
     bigint,
     boolean,
     json_document,
+    not_json,
     text,
     text_array,
     text_map,
@@ -388,8 +388,7 @@ def decode_record(variant: Variant, zone: str, config_keys: dict, config_types: 
     try:
         return _message_entries(message, variant, zone, config_keys, config_types)
     except Mismatch:  # a field from_json could not read as its declared type: the message is unreadable
-        detail = f"payload is not a JSON object: {record.value.decode('utf-8')[:120]}"
-        raise DecodeError(S.REASON_NOT_JSON, detail) from None
+        raise not_json(record.value) from None
 
 
 def timestamp_zone_of(pipeline: PipelineConfig) -> str:

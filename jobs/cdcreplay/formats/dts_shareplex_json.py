@@ -39,7 +39,6 @@ from cdcreplay import schema as S
 from cdcreplay.config import ConfigError, PipelineConfig
 from cdcreplay.formats.configured_types import lossy_columns
 from cdcreplay.formats.python_rows import (
-    DecodeError,
     RawRecord,
     change,
     control_entry,
@@ -48,7 +47,7 @@ from cdcreplay.formats.python_rows import (
 )
 from cdcreplay.formats.routing import KIND_QUARANTINE, table_id_of
 from cdcreplay.formats.spark_casts import try_decimal, try_timestamp
-from cdcreplay.formats.spark_json import Mismatch, json_document, json_string, struct, text_map, texts_of
+from cdcreplay.formats.spark_json import Mismatch, json_document, json_string, not_json, struct, text_map, texts_of
 
 FORMAT_ID = "dts-shareplex-json"
 
@@ -113,7 +112,7 @@ def decode_record(tables: dict[str, tuple[list[str], dict[str, str]]], record: R
         meta = texts_of(struct(message.get("meta")) or {}, *META_FIELDS)
         data, before_key = text_map(message.get("data")), text_map(message.get("key"))
     except Mismatch:
-        raise DecodeError(S.REASON_NOT_JSON, f"payload is not a JSON object: {record.value.decode()[:120]}") from None
+        raise not_json(record.value) from None
     return _entries(tables, meta, data, before_key)
 
 

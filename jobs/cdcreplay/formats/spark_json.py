@@ -270,8 +270,15 @@ def json_document(payload: bytes) -> dict:
     except (ValueError, RecursionError):
         document = None
     if not isinstance(document, dict):
-        raise DecodeError(S.REASON_NOT_JSON, f"payload is not a JSON object: {text[:120]}")
+        raise not_json(payload)
     return document
+
+
+def not_json(payload: bytes) -> DecodeError:
+    """The error for a payload from_json could not read: no JSON object, or a field of another JSON type than its
+    schema's (:class:`Mismatch`, which a format turns into this)."""
+    text = payload.decode("utf-8", "replace")
+    return DecodeError(S.REASON_NOT_JSON, f"payload is not a JSON object: {text[:120]}")
 
 
 # JSON string escapes as Spark's to_json writes them (Jackson).
