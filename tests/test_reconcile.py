@@ -350,3 +350,36 @@ def test_a_snapshot_against_a_base_state_reports_exactly_the_planted_differences
     assert differences[('["11"]', "missing_in_snapshot")] == []
     assert differences[('["1000"]', "missing_in_incremental")] == []
     assert len(differences) == 30
+
+
+# ORDERS without its partial images (a partial update, and the messages that do not carry `note`), so that it too
+# has one reconciled epoch and only complete images.
+COMPLETE_ORDERS_ROWS = [
+    row for row in ORDERS_ROWS if row[schema.CHANGELOG_COLUMNS.index("position")][0] not in (15, 19, 30)
+]
+
+
+@pytest.mark.parametrize(
+    ("rows", "one_pass_tables"),
+    [
+        (ORDERS_ROWS + ITEMS_ROWS + EPOCHS_ROWS + CALM_ROWS + GREEDY_ROWS, [CALM, ITEMS]),
+        (COMPLETE_ORDERS_ROWS + ITEMS_ROWS + CALM_ROWS, [CALM, ITEMS, ORDERS]),
+    ],
+    ids=["every-scenario", "complete-images"],
+)
+def test_the_one_pass_plan_gives_what_the_per_epoch_plan_gives(spark, rows, one_pass_tables):
+    """Tables with one reconciled epoch and complete images are reconciled from one sort by key; every table can
+    also be reconciled per epoch with the general plan. Both must give the same diff and metrics."""
+    events = changelog(spark, rows)
+    fast, general = reconcile(events), reconcile(events, one_pass=False)
+    try:
+        assert fast.one_pass_tables == one_pass_tables
+        assert general.one_pass_tables == []
+        every_row = [*DIFF_COLUMNS[:3], "status"]
+        fast_rows = [r.asDict(recursive=True) for r in fast.diff.orderBy(*every_row).collect()]
+        assert fast_rows == [r.asDict(recursive=True) for r in general.diff.orderBy(*every_row).collect()]
+        assert {r["table_id"] for r in fast_rows} >= set(one_pass_tables)
+        assert fast.metrics == general.metrics
+    finally:
+        fast.release()
+        general.release()

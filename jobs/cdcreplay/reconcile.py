@@ -68,7 +68,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from cdcreplay import schema
-from cdcreplay.compaction import ORDER_FIELDS, event_order, has_partial_images, latest_rows
+from cdcreplay.compaction import ORDER_FIELDS, event_order, latest_rows, partial_event
 from cdcreplay.spark import vectorized_parquet_reads
 
 STATUS_MATCH = "match"
@@ -126,6 +126,7 @@ class ReconcileResult:
 
     diff: DataFrame
     metrics: list[dict] = field(default_factory=list)
+    one_pass_tables: list[str] = field(default_factory=list)  # the tables reconciled by _pairs_in_one_pass
     _cached: DataFrame | None = field(default=None, repr=False)
 
     def release(self) -> None:
@@ -251,6 +252,11 @@ def _declared_types() -> Column:
     return F.array_distinct(F.flatten(F.collect_set(F.map_values("column_types"))))
 
 
+def _any_partial() -> Column:
+    """Aggregate: whether any row of a group carries a partial image."""
+    return F.max(F.coalesce(partial_event(), F.lit(False)))
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # 2-4. All reconciled epochs in one pass
 # --------------------------------------------------------------------------------------------------------------------
@@ -300,34 +306,104 @@ def _differing_columns(types: list[str]) -> Column:
     return F.when(F.to_json(snapshot) == F.to_json(incremental), _empty_differences()).otherwise(differing)
 
 
-def _reconcile_epochs(tagged: DataFrame, epochs: DataFrame, types: list[str], partial_images: bool) -> DataFrame:
-    """Diff rows (plus ``_incremental_live``) of every epoch that is not a baseline. ``partial_images``: whether
-    any event of ``tagged`` has a partial image (the history's images then need completing)."""
-    epoch = F.broadcast(
-        epochs.filter(~F.col("_baseline")).select(
-            "table_id",
-            F.col("_epoch_no").alias("_e"),
-            "_first",
-            "_last",
-            F.concat_ws(_SCOPE_SEPARATOR, F.col("table_id"), F.col("_epoch_no").cast("string")).alias("_scope"),
-            # A truncate while the snapshot was being read makes every non-matching key of the epoch in-flight.
-            F.exists("_truncates", lambda t: t["order"].between(F.col("_first"), F.col("_last"))).alias(
-                "_truncated_in_window"
-            ),
-            "_truncates",
-        )
+def _epoch_columns(epochs: DataFrame) -> DataFrame:
+    """The reconciled epochs, with the columns both plans below need."""
+    return epochs.filter(~F.col("_baseline")).select(
+        "table_id",
+        F.col("_epoch_no").alias("_e"),
+        "_first",
+        "_last",
+        F.concat_ws(_SCOPE_SEPARATOR, F.col("table_id"), F.col("_epoch_no").cast("string")).alias("_scope"),
+        # A truncate while the snapshot was being read makes every non-matching key of the epoch in-flight.
+        F.exists("_truncates", lambda t: t["order"].between(F.col("_first"), F.col("_last"))).alias(
+            "_truncated_in_window"
+        ),
+        "_truncates",
     )
+
+
+def _snapshot_side(order: Column, event: Column | None = None) -> list[Column]:
+    """The snapshot row's image, types, order and provenance; ``event`` NULL (a when-condition) leaves them NULL."""
+
+    def pick(column: str) -> Column:
+        return F.col(column) if event is None else F.when(event, F.col(column))
+
+    return [
+        pick("after").alias("_s_after"),
+        pick("column_types").alias("_s_types"),
+        (order if event is None else F.when(event, order)).alias("_s_order"),
+        pick("topic").alias("snapshot_topic"),
+        pick("partition").alias("snapshot_partition"),
+        pick("offset").alias("snapshot_offset"),
+        _position_text(pick("position")).alias("snapshot_position"),
+    ]
+
+
+def _incremental_side(event: Column) -> list[Column]:
+    """The winning incremental event's image, types, op, order and provenance, from a struct of changelog fields."""
+    return [
+        event["after"].alias("_i_after"),
+        event["column_types"].alias("_i_types"),
+        (event["op"] == schema.OP_DELETE).alias("_i_deleted"),
+        event["_order"].alias("_i_order"),
+        event["op"].alias("_i_op"),
+        event["topic"].alias("_i_topic"),
+        event["partition"].alias("_i_partition"),
+        event["offset"].alias("_i_offset"),
+        _position_text(event["position"]).alias("_i_position"),
+    ]
+
+
+_EVENT_FIELDS = ("after", "column_types", "op", "_order", "topic", "partition", "offset", "position")
+_EPOCH_FIELDS = ("_last", "_truncates", "_truncated_in_window")
+
+
+def _pairs_in_one_pass(tagged: DataFrame, epoch: DataFrame) -> DataFrame:
+    """Snapshot/incremental pairs of tables with one reconciled epoch and no partial image, from one sort by key.
+
+    In such a table a key is read at most once by the epoch E, so the incremental value of a read row -- the latest
+    event of the key before it that is not a read of E -- is simply the key's event right before it (a read of an
+    earlier epoch included). A key E did not read is compared as of E's last read: its last event before that.
+    Which keys changed while E was being read is one more aggregate over the key's events.
+    """
+    events = tagged.filter(F.col("op").isin(*schema.ROW_OPS) & F.col("key").isNotNull()).join(
+        epoch.drop("_scope"), "table_id"
+    )
+    read = F.coalesce(F.col("_epoch_no") == F.col("_e"), F.lit(False))
+    changed_in_window = (
+        F.col("_epoch_no").isNull() & (F.col("_order") >= F.col("_first")) & (F.col("_order") < F.col("_last"))
+    )
+    by_order = Window.partitionBy("table_id", "key").orderBy("_order")
+    whole_key = by_order.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    ranked = events.select(
+        "*",
+        read.alias("_read"),
+        F.lag(F.struct(*_EVENT_FIELDS)).over(by_order).alias("_previous"),
+        F.lead("_order").over(by_order).alias("_next_order"),
+        F.max(read).over(whole_key).alias("_key_read"),
+        F.max(changed_in_window).over(whole_key).alias("_touched"),
+    )
+    last_before_end = (
+        ~F.col("_key_read")
+        & (F.col("_order") < F.col("_last"))
+        & (F.col("_next_order").isNull() | (F.col("_next_order") >= F.col("_last")))
+    )
+    incremental = F.when(F.col("_read"), F.col("_previous")).otherwise(F.struct(*_EVENT_FIELDS))
+    return ranked.filter(F.col("_read") | last_before_end).select(
+        *_SCOPED_KEY,
+        *_snapshot_side(F.col("_order"), F.col("_read")),
+        *_incremental_side(incremental),
+        "_touched",
+        *_EPOCH_FIELDS,
+    )
+
+
+def _pairs_by_scope(tagged: DataFrame, epoch: DataFrame, partial_images: bool) -> DataFrame:
+    """Snapshot/incremental pairs of any epochs: the history is replicated per epoch and compacted per scope.
+    ``partial_images``: whether any event of ``tagged`` has a partial image (the history's images then need
+    completing)."""
     snapshot = tagged.join(epoch, (tagged.table_id == epoch.table_id) & (tagged._epoch_no == epoch._e)).select(
-        tagged.table_id,
-        epoch._e,
-        tagged.key,
-        F.col("after").alias("_s_after"),
-        F.col("column_types").alias("_s_types"),
-        tagged._order.alias("_s_order"),
-        F.col("topic").alias("snapshot_topic"),
-        F.col("partition").alias("snapshot_partition"),
-        F.col("offset").alias("snapshot_offset"),
-        _position_text(F.col("position")).alias("snapshot_position"),
+        tagged.table_id, epoch._e, tagged.key, *_snapshot_side(tagged._order)
     )
 
     # Everything but the epoch's own snapshot rows is history: changes, base state and other epochs' reads (those
@@ -356,32 +432,28 @@ def _reconcile_epochs(tagged: DataFrame, epochs: DataFrame, types: list[str], pa
         latest_rows(scoped, partial_images).withColumnRenamed("table_id", "_scope").withColumn("_order", event_order())
     )
     incremental = latest.join(epoch.select("_scope", "table_id", "_e"), "_scope").select(
-        *_SCOPED_KEY,
-        F.col("after").alias("_i_after"),
-        F.col("column_types").alias("_i_types"),
-        F.col("deleted").alias("_i_deleted"),
-        F.col("_order").alias("_i_order"),
-        F.col("op").alias("_i_op"),
-        F.col("topic").alias("_i_topic"),
-        F.col("partition").alias("_i_partition"),
-        F.col("offset").alias("_i_offset"),
-        _position_text(F.col("position")).alias("_i_position"),
+        *_SCOPED_KEY, *_incremental_side(F.struct(*_EVENT_FIELDS))
+    )
+    return (
+        snapshot.join(incremental, _SCOPED_KEY, "full")
+        .join(epoch.select("table_id", "_e", *_EPOCH_FIELDS), _SCOPE)
+        .join(touched_keys, _SCOPED_KEY, "left")
     )
 
-    pairs = (
-        snapshot.join(incremental, _SCOPED_KEY, "full")
-        .join(epoch.select("table_id", "_e", "_last", "_truncates", "_truncated_in_window"), _SCOPE)
-        .withColumn("_cutoff", F.coalesce(F.col("_s_order"), F.col("_last")))
+
+def _diff_rows(pairs: DataFrame, types: list[str]) -> DataFrame:
+    """Diff rows (plus ``_incremental_live``) from snapshot/incremental pairs: one row per key and epoch with a
+    snapshot read or a live incremental value (the columns of :func:`_snapshot_side`, :func:`_incremental_side`,
+    ``_touched`` and the epoch's ``_last``, ``_truncates``, ``_truncated_in_window``)."""
+    pairs = pairs.withColumn("_cutoff", F.coalesce(F.col("_s_order"), F.col("_last"))).withColumn(
         # The latest truncate after the key's latest event and before the cutoff empties the key.
-        .withColumn(
-            "_truncate",
-            F.array_max(
-                F.filter(
-                    "_truncates",
-                    lambda t: (t["order"] > F.col("_i_order")) & (t["order"] < F.col("_cutoff")),
-                )
-            ),
-        )
+        "_truncate",
+        F.array_max(
+            F.filter(
+                "_truncates",
+                lambda t: (t["order"] > F.col("_i_order")) & (t["order"] < F.col("_cutoff")),
+            )
+        ),
     )
     killed = F.col("_truncate").isNotNull()
     live = F.col("_i_order").isNotNull() & ~F.coalesce(F.col("_i_deleted"), F.lit(False)) & ~killed
@@ -406,7 +478,6 @@ def _reconcile_epochs(tagged: DataFrame, epochs: DataFrame, types: list[str], pa
             "_diffs",
             F.when(in_snapshot & F.col("_i_live"), _differing_columns(types)).otherwise(_empty_differences()),
         )
-        .join(touched_keys, _SCOPED_KEY, "left")
         .withColumn("_plain_status", plain_status)
         .select(
             "table_id",
@@ -430,6 +501,39 @@ def _reconcile_epochs(tagged: DataFrame, epochs: DataFrame, types: list[str], pa
     )
 
 
+def _reconcile_epochs(
+    tagged: DataFrame, epoch_rows: list, epochs: DataFrame, one_pass: bool
+) -> tuple[DataFrame, list[str]]:
+    """Diff rows (plus ``_incremental_live``) of every epoch that is not a baseline, and the tables that took
+    :func:`_pairs_in_one_pass`: those with one reconciled epoch and no partial image (none when ``one_pass`` is
+    False). The others take :func:`_pairs_by_scope`."""
+    reconciled = [row for row in epoch_rows if not row._baseline]
+    types = _comparable_types([t for row in reconciled for t in row._types])
+    epochs_per_table: dict[str, int] = {}
+    for row in reconciled:
+        epochs_per_table[row.table_id] = epochs_per_table.get(row.table_id, 0) + 1
+    simple = sorted(
+        table
+        for table, count in epochs_per_table.items()
+        if one_pass and count == 1 and not any(row._partial for row in epoch_rows if row.table_id == table)
+    )
+    others = sorted(set(epochs_per_table) - set(simple))
+
+    def epochs_of(tables: list[str]) -> DataFrame:
+        return F.broadcast(_epoch_columns(epochs).filter(F.col("table_id").isin(tables)))
+
+    parts = []
+    if simple:
+        parts.append(_pairs_in_one_pass(tagged, epochs_of(simple)))
+    if others:
+        partial_images = any(row._partial for row in epoch_rows if row.table_id in others)
+        parts.append(_pairs_by_scope(tagged, epochs_of(others), partial_images))
+    pairs = parts[0]
+    for part in parts[1:]:
+        pairs = pairs.unionByName(part)
+    return _diff_rows(pairs, types), simple
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # Public API
 # --------------------------------------------------------------------------------------------------------------------
@@ -439,29 +543,35 @@ def prepare_changelog(changelog_df: DataFrame) -> DataFrame:
     """The changelog columns in contract order and types, exact duplicate events dropped, plus ``_order``."""
     contract = schema.struct_type(schema.CHANGELOG_DDL)
     df = changelog_df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in contract.fields])
-    # The same record archived twice is the same event; it must not open a snapshot epoch of its own. Looking for
-    # duplicates on the identity columns alone is a narrow aggregation; deduplicating whole rows (images included)
-    # is a wide one, done only when there is something to drop.
+    # The same record archived twice is the same event; it must not open a snapshot epoch of its own. Duplicates are
+    # looked for on a few narrow columns that any two copies of one event share (a hash aggregation of small values);
+    # only when some are found are whole events compared on their identity and deduplicated.
     identity = ["table_id", "key", "op", *ORDER_FIELDS]
-    if not df.groupBy(*identity).count().where(F.col("count") > 1).isEmpty():
+    if not df.groupBy("table_id", "partition", "offset", "row_index").count().where(F.col("count") > 1).isEmpty():
         df = df.dropDuplicates(identity)
     return df.withColumn("_order", event_order())
 
 
-def reconcile(changelog_df: DataFrame) -> ReconcileResult:
-    """Reconcile every snapshot epoch of every table in ``changelog_df`` (changelog contract). See module docstring."""
+def reconcile(changelog_df: DataFrame, *, one_pass: bool = True) -> ReconcileResult:
+    """Reconcile every snapshot epoch of every table in ``changelog_df`` (changelog contract). See module docstring.
+
+    ``one_pass`` False computes every table with the general per-epoch plan; the tests check both plans agree.
+    """
     spark = changelog_df.sparkSession
     # Checkpointed: the epochs and each epoch's plan read the events several times, and a short lineage keeps
     # those plans small.
     events = prepare_changelog(changelog_df).localCheckpoint(eager=True)
     tagged = tag_epochs(events)  # every event once, snapshot rows tagged with their epoch
 
-    first_change = (
-        tagged.filter(F.col("_epoch_no").isNull())
-        .groupBy("table_id")
+    # One aggregation over all events per table and epoch (_epoch_no NULL: the table's other events), computed once.
+    groups = (
+        tagged.groupBy("table_id", "_epoch_no")
         .agg(
-            F.min("_order").alias("_first_change"),
-            _declared_types().alias("_change_types"),
+            F.min("_order").alias("_first"),
+            F.max("_order").alias("_last"),
+            F.count("*").alias("_rows"),
+            _declared_types().alias("_group_types"),
+            _any_partial().alias("_group_partial"),
             # Truncates are few: per table, their orders and provenance, carried along with the epochs.
             F.collect_list(
                 F.when(
@@ -476,15 +586,25 @@ def reconcile(changelog_df: DataFrame) -> ReconcileResult:
                 )
             ).alias("_truncates"),
         )
+        .localCheckpoint(eager=True)
+    )
+    first_change = groups.filter(F.col("_epoch_no").isNull()).select(
+        "table_id",
+        F.col("_first").alias("_first_change"),
+        F.col("_group_types").alias("_change_types"),
+        F.col("_group_partial").alias("_change_partial"),
+        "_truncates",
     )
     epochs_query = (
-        tagged.filter(F.col("_epoch_no").isNotNull())
-        .groupBy("table_id", "_epoch_no")
-        .agg(
-            F.min("_order").alias("_first"),
-            F.max("_order").alias("_last"),
-            F.count("*").alias("_rows"),
-            _declared_types().alias("_snapshot_types"),
+        groups.filter(F.col("_epoch_no").isNotNull())
+        .select(
+            "table_id",
+            "_epoch_no",
+            "_first",
+            "_last",
+            "_rows",
+            F.col("_group_types").alias("_snapshot_types"),
+            F.col("_group_partial").alias("_snapshot_partial"),
         )
         .join(first_change, "table_id", "left")
         .select(
@@ -502,15 +622,16 @@ def reconcile(changelog_df: DataFrame) -> ReconcileResult:
             _order_text(F.col("_last")).alias("_last_text"),
             F.concat(F.col("_snapshot_types"), F.coalesce(F.col("_change_types"), F.array())).alias("_types"),
             F.coalesce(F.col("_truncates"), F.array()).alias("_truncates"),
+            (F.col("_snapshot_partial") | F.coalesce(F.col("_change_partial"), F.lit(False))).alias("_partial"),
         )
         .orderBy("table_id", "_epoch_no")
     )
     epoch_rows = epochs_query.collect()  # one row per epoch
 
     epochs = spark.createDataFrame(epoch_rows, epochs_query.schema).drop("_types")
+    one_pass_tables: list[str] = []
     if any(not row._baseline for row in epoch_rows):
-        types = _comparable_types([t for row in epoch_rows if not row._baseline for t in row._types])
-        internal = _reconcile_epochs(tagged, epochs, types, has_partial_images(tagged))
+        internal, one_pass_tables = _reconcile_epochs(tagged, epoch_rows, epochs, one_pass)
     else:
         internal = spark.createDataFrame([], f"{DIFF_DDL}, _incremental_live boolean")
     internal = internal.persist(StorageLevel.MEMORY_AND_DISK)
@@ -544,7 +665,9 @@ def reconcile(changelog_df: DataFrame) -> ReconcileResult:
             failing = sum(entry[status] for status in FAILING_STATUSES)
             entry["verdict"] = VERDICT_PASS if failing == 0 else VERDICT_FAIL
         metrics.append(entry)
-    return ReconcileResult(diff=internal.select(*DIFF_COLUMNS), metrics=metrics, _cached=internal)
+    return ReconcileResult(
+        diff=internal.select(*DIFF_COLUMNS), metrics=metrics, one_pass_tables=one_pass_tables, _cached=internal
+    )
 
 
 def read_changelog(spark: SparkSession, changelog_path: str | list[str], base_state_path: str | None = None):
