@@ -48,12 +48,14 @@ missing_in_snapshot == 0 else ``fail`` (``baseline`` for skipped baseline epochs
 
 Implementation note: a table whose snapshot never reads a key twice has one epoch, found with one narrow
 aggregation; the epochs of the other tables are found with window functions and a driver loop that runs one small
-aggregation per epoch boundary (epochs are few). Then every reconciled epoch of every table is handled in one plan:
-the history is replicated per epoch and :func:`cdcreplay.compaction.latest_rows` runs once, on a per-epoch scope
-of the table id. Column comparison uses higher-order functions over the two maps, typed with
-:func:`cdcreplay.value_types.typed_value`, for the rows whose two images differ as JSON text. Intermediate results
-are cut from their lineage with ``localCheckpoint`` to keep plans small. Nothing collects changelog rows to the
-driver; only one row per epoch is.
+aggregation per epoch boundary (epochs are few). A table with one reconciled epoch and only complete images (the
+common case: an initial load or one resync per run) is then reconciled from one sort of its events by key and
+order: a read row's incremental value is the key's previous event, an unread key's is its last event before the
+epoch's last read. The other tables take the general plan: the history is replicated per epoch and
+:func:`cdcreplay.compaction.latest_rows` runs once, on a per-epoch scope of the table id; both plans feed the same
+status and comparison step. Column comparison uses higher-order functions over the two maps, typed with
+:func:`cdcreplay.value_types.typed_value`, for the rows whose two images differ as JSON text. Nothing collects
+changelog rows to the driver; only one row per epoch is.
 """
 
 from __future__ import annotations
@@ -133,6 +135,52 @@ class ReconcileResult:
         """Drop the cached diff once it has been written."""
         if self._cached is not None:
             self._cached.unpersist()
+
+
+@dataclass
+class ReconciliationPlan:
+    """The diff as a plan not yet computed, and the epochs found on the way (one row each)."""
+
+    diff: DataFrame
+    epoch_rows: list = field(default_factory=list)
+    one_pass_tables: list[str] = field(default_factory=list)  # the tables reconciled by _pairs_in_one_pass
+
+    def metrics(self, diff: DataFrame) -> list[dict]:
+        """Metrics per epoch (module docstring), counted on ``diff``: this plan's diff, computed (cached or written).
+
+        A key's incremental value is live exactly when its winning event is neither a delete nor emptied by a
+        truncate, which the diff's ``incremental_op`` says (NULL: no event at all).
+        """
+        live = F.col("incremental_op").isNotNull() & ~F.col("incremental_op").isin(schema.OP_DELETE, schema.OP_TRUNCATE)
+        counts = {
+            (row.table_id, row.epoch_no): row.asDict()
+            for row in diff.groupBy("table_id", "epoch_no")
+            .agg(
+                *[F.sum((F.col("status") == status).cast("long")).alias(status) for status in STATUSES],
+                F.sum(live.cast("long")).alias("incremental_rows"),
+            )
+            .collect()
+        }
+        metrics = []
+        for epoch in self.epoch_rows:
+            row = counts.get((epoch.table_id, epoch._epoch_no), {})
+            entry = {
+                "table_id": epoch.table_id,
+                "epoch_no": epoch._epoch_no,
+                "kind": "baseline" if epoch._baseline else "reconciled",
+                "first_order": epoch._first_text,
+                "last_order": epoch._last_text,
+                "snapshot_rows": int(epoch._rows),
+                "incremental_rows": int(row.get("incremental_rows") or 0),
+                **{status: int(row.get(status) or 0) for status in STATUSES},
+            }
+            if epoch._baseline:
+                entry["verdict"] = VERDICT_BASELINE
+            else:
+                failing = sum(entry[status] for status in FAILING_STATUSES)
+                entry["verdict"] = VERDICT_PASS if failing == 0 else VERDICT_FAIL
+            metrics.append(entry)
+        return metrics
 
 
 def _order_text(order: Column) -> Column:
@@ -335,7 +383,9 @@ def _snapshot_side(order: Column, event: Column | None = None) -> list[Column]:
         pick("topic").alias("snapshot_topic"),
         pick("partition").alias("snapshot_partition"),
         pick("offset").alias("snapshot_offset"),
-        _position_text(pick("position")).alias("snapshot_position"),
+        _position_text(order["position"] if event is None else F.when(event, order["position"])).alias(
+            "snapshot_position"
+        ),
     ]
 
 
@@ -350,11 +400,11 @@ def _incremental_side(event: Column) -> list[Column]:
         event["topic"].alias("_i_topic"),
         event["partition"].alias("_i_partition"),
         event["offset"].alias("_i_offset"),
-        _position_text(event["position"]).alias("_i_position"),
+        _position_text(event["_order"]["position"]).alias("_i_position"),
     ]
 
 
-_EVENT_FIELDS = ("after", "column_types", "op", "_order", "topic", "partition", "offset", "position")
+_EVENT_FIELDS = ("after", "column_types", "op", "_order", "topic", "partition", "offset")
 _EPOCH_FIELDS = ("_last", "_truncates", "_truncated_in_window")
 
 
@@ -366,8 +416,12 @@ def _pairs_in_one_pass(tagged: DataFrame, epoch: DataFrame) -> DataFrame:
     earlier epoch included). A key E did not read is compared as of E's last read: its last event before that.
     Which keys changed while E was being read is one more aggregate over the key's events.
     """
-    events = tagged.filter(F.col("op").isin(*schema.ROW_OPS) & F.col("key").isNotNull()).join(
-        epoch.drop("_scope"), "table_id"
+    # Only what the window needs goes through the sort; the epoch's truncates join the rows that come out (one per
+    # key), not every event.
+    events = (
+        tagged.filter(F.col("op").isin(*schema.ROW_OPS) & F.col("key").isNotNull())
+        .select("table_id", "key", "_epoch_no", *_EVENT_FIELDS)
+        .join(epoch.select("table_id", "_e", "_first", "_last"), "table_id")
     )
     read = F.coalesce(F.col("_epoch_no") == F.col("_e"), F.lit(False))
     changed_in_window = (
@@ -389,13 +443,13 @@ def _pairs_in_one_pass(tagged: DataFrame, epoch: DataFrame) -> DataFrame:
         & (F.col("_next_order").isNull() | (F.col("_next_order") >= F.col("_last")))
     )
     incremental = F.when(F.col("_read"), F.col("_previous")).otherwise(F.struct(*_EVENT_FIELDS))
-    return ranked.filter(F.col("_read") | last_before_end).select(
+    pairs = ranked.filter(F.col("_read") | last_before_end).select(
         *_SCOPED_KEY,
         *_snapshot_side(F.col("_order"), F.col("_read")),
         *_incremental_side(incremental),
         "_touched",
-        *_EPOCH_FIELDS,
     )
+    return pairs.join(epoch.select("table_id", "_e", *_EPOCH_FIELDS), _SCOPE)
 
 
 def _pairs_by_scope(tagged: DataFrame, epoch: DataFrame, partial_images: bool) -> DataFrame:
@@ -442,7 +496,7 @@ def _pairs_by_scope(tagged: DataFrame, epoch: DataFrame, partial_images: bool) -
 
 
 def _diff_rows(pairs: DataFrame, types: list[str]) -> DataFrame:
-    """Diff rows (plus ``_incremental_live``) from snapshot/incremental pairs: one row per key and epoch with a
+    """Diff rows from snapshot/incremental pairs: one row per key and epoch with a
     snapshot read or a live incremental value (the columns of :func:`_snapshot_side`, :func:`_incremental_side`,
     ``_touched`` and the epoch's ``_last``, ``_truncates``, ``_truncated_in_window``)."""
     pairs = pairs.withColumn("_cutoff", F.coalesce(F.col("_s_order"), F.col("_last"))).withColumn(
@@ -496,7 +550,6 @@ def _diff_rows(pairs: DataFrame, types: list[str]) -> DataFrame:
             incremental_side("partition").alias("incremental_partition"),
             incremental_side("offset").alias("incremental_offset"),
             incremental_side("position").alias("incremental_position"),
-            F.col("_i_live").alias("_incremental_live"),
         )
     )
 
@@ -504,7 +557,7 @@ def _diff_rows(pairs: DataFrame, types: list[str]) -> DataFrame:
 def _reconcile_epochs(
     tagged: DataFrame, epoch_rows: list, epochs: DataFrame, one_pass: bool
 ) -> tuple[DataFrame, list[str]]:
-    """Diff rows (plus ``_incremental_live``) of every epoch that is not a baseline, and the tables that took
+    """Diff rows of every epoch that is not a baseline, and the tables that took
     :func:`_pairs_in_one_pass`: those with one reconciled epoch and no partial image (none when ``one_pass`` is
     False). The others take :func:`_pairs_by_scope`."""
     reconciled = [row for row in epoch_rows if not row._baseline]
@@ -552,15 +605,13 @@ def prepare_changelog(changelog_df: DataFrame) -> DataFrame:
     return df.withColumn("_order", event_order())
 
 
-def reconcile(changelog_df: DataFrame, *, one_pass: bool = True) -> ReconcileResult:
-    """Reconcile every snapshot epoch of every table in ``changelog_df`` (changelog contract). See module docstring.
-
-    ``one_pass`` False computes every table with the general per-epoch plan; the tests check both plans agree.
-    """
+def plan_reconciliation(changelog_df: DataFrame, *, one_pass: bool = True) -> ReconciliationPlan:
+    """The diff of every snapshot epoch of every table in ``changelog_df`` (changelog contract), as a plan: finding
+    the epochs runs a few aggregations; the diff itself is computed by whatever reads it. See :func:`reconcile`."""
     spark = changelog_df.sparkSession
-    # Checkpointed: the epochs and each epoch's plan read the events several times, and a short lineage keeps
-    # those plans small.
-    events = prepare_changelog(changelog_df).localCheckpoint(eager=True)
+    # Not checkpointed: the events are read three times (epochs, their bounds, the diff), and each read of the
+    # Parquet input takes only the columns it needs; materializing all of them cost more than it saved.
+    events = prepare_changelog(changelog_df)
     tagged = tag_epochs(events)  # every event once, snapshot rows tagged with their epoch
 
     # One aggregation over all events per table and epoch (_epoch_no NULL: the table's other events), computed once.
@@ -629,44 +680,21 @@ def reconcile(changelog_df: DataFrame, *, one_pass: bool = True) -> ReconcileRes
     epoch_rows = epochs_query.collect()  # one row per epoch
 
     epochs = spark.createDataFrame(epoch_rows, epochs_query.schema).drop("_types")
-    one_pass_tables: list[str] = []
     if any(not row._baseline for row in epoch_rows):
-        internal, one_pass_tables = _reconcile_epochs(tagged, epoch_rows, epochs, one_pass)
-    else:
-        internal = spark.createDataFrame([], f"{DIFF_DDL}, _incremental_live boolean")
-    internal = internal.persist(StorageLevel.MEMORY_AND_DISK)
+        diff, one_pass_tables = _reconcile_epochs(tagged, epoch_rows, epochs, one_pass)
+        return ReconciliationPlan(diff.select(*DIFF_COLUMNS), epoch_rows, one_pass_tables)
+    return ReconciliationPlan(spark.createDataFrame([], DIFF_DDL), epoch_rows)
 
-    # This aggregation computes (and caches) the whole diff.
-    counts = {
-        (row.table_id, row.epoch_no): row.asDict()
-        for row in internal.groupBy("table_id", "epoch_no")
-        .agg(
-            *[F.sum((F.col("status") == status).cast("long")).alias(status) for status in STATUSES],
-            F.sum(F.col("_incremental_live").cast("long")).alias("incremental_rows"),
-        )
-        .collect()
-    }
-    metrics = []
-    for epoch in epoch_rows:
-        row = counts.get((epoch.table_id, epoch._epoch_no), {})
-        entry = {
-            "table_id": epoch.table_id,
-            "epoch_no": epoch._epoch_no,
-            "kind": "baseline" if epoch._baseline else "reconciled",
-            "first_order": epoch._first_text,
-            "last_order": epoch._last_text,
-            "snapshot_rows": int(epoch._rows),
-            "incremental_rows": int(row.get("incremental_rows") or 0),
-            **{status: int(row.get(status) or 0) for status in STATUSES},
-        }
-        if epoch._baseline:
-            entry["verdict"] = VERDICT_BASELINE
-        else:
-            failing = sum(entry[status] for status in FAILING_STATUSES)
-            entry["verdict"] = VERDICT_PASS if failing == 0 else VERDICT_FAIL
-        metrics.append(entry)
+
+def reconcile(changelog_df: DataFrame, *, one_pass: bool = True) -> ReconcileResult:
+    """Reconcile every snapshot epoch of every table in ``changelog_df`` (changelog contract). See module docstring.
+
+    ``one_pass`` False computes every table with the general per-epoch plan; the tests check both plans agree.
+    """
+    plan = plan_reconciliation(changelog_df, one_pass=one_pass)
+    cached = plan.diff.persist(StorageLevel.MEMORY_AND_DISK)
     return ReconcileResult(
-        diff=internal.select(*DIFF_COLUMNS), metrics=metrics, one_pass_tables=one_pass_tables, _cached=internal
+        diff=cached, metrics=plan.metrics(cached), one_pass_tables=plan.one_pass_tables, _cached=cached
     )
 
 
@@ -796,24 +824,24 @@ def run_reconciliation(
 
     # Nothing in the reconciliation runs Python over the rows, so Spark's faster Parquet reader can read its input.
     with vectorized_parquet_reads(spark):
-        result = reconcile(read_changelog(spark, changelog_path, base_state_path))
-        try:
-            result.diff.write.mode("overwrite").parquet(str(diff_path))
-            # The suite and the report's sample read the cached diff, not the files just written.
-            suite = quality.run_suite(
-                result.diff, "reconciliation_diff", expectations_dir=expectations_dir, data_docs_dir=data_docs
-            ).to_dict()
-            sample = [
-                row.asDict(recursive=True)
-                for row in result.diff.filter(F.col("status") != STATUS_MATCH)
-                .orderBy("table_id", "epoch_no", "status", "key")
-                .limit(REPORT_SAMPLE_ROWS)
-                .collect()
-            ]
-        finally:
-            result.release()
+        plan = plan_reconciliation(read_changelog(spark, changelog_path, base_state_path))
+        plan.diff.write.mode("overwrite").parquet(str(diff_path))
+        # The metrics, the suite and the report's sample read the diff as written: it is computed once, and not
+        # cached (at millions of keys the cache cost more than reading the few columns they need back).
+        diff = spark.read.parquet(str(diff_path))
+        metrics = plan.metrics(diff)
+        suite = quality.run_suite(
+            diff, "reconciliation_diff", expectations_dir=expectations_dir, data_docs_dir=data_docs
+        ).to_dict()
+        sample = [
+            row.asDict(recursive=True)
+            for row in diff.filter(F.col("status") != STATUS_MATCH)
+            .orderBy("table_id", "epoch_no", "status", "key")
+            .limit(REPORT_SAMPLE_ROWS)
+            .collect()
+        ]
 
-    failing_epochs = [m for m in result.metrics if m["verdict"] == VERDICT_FAIL]
+    failing_epochs = [m for m in metrics if m["verdict"] == VERDICT_FAIL]
     verdict = VERDICT_FAIL if failing_epochs or not suite["success"] else VERDICT_PASS
     if failing_epochs:
         headline = "Reconciliation FAILED: " + "; ".join(
@@ -822,16 +850,16 @@ def run_reconciliation(
     elif not suite["success"]:
         headline = "Reconciliation FAILED: suite reconciliation_diff: " + "; ".join(suite["failed"])
     else:
-        reconciled = [m for m in result.metrics if m["kind"] == "reconciled"]
+        reconciled = [m for m in metrics if m["kind"] == "reconciled"]
         headline = (
             f"Reconciliation passed: {len(reconciled)} snapshot epoch(s) reconciled, "
-            f"{sum(m['kind'] == 'baseline' for m in result.metrics)} baseline epoch(s) skipped."
+            f"{sum(m['kind'] == 'baseline' for m in metrics)} baseline epoch(s) skipped."
         )
     summary = {
         "verdict": verdict,
         "headline": f"{headline} Diff: {diff_path}",
         "generated_at": datetime.now(UTC).isoformat(),
-        "tables": result.metrics,
+        "tables": metrics,
         "diff_path": str(diff_path),
         "metrics_path": str(out / "metrics.json"),
         "report_path": str(out / "report.md"),
@@ -840,5 +868,5 @@ def run_reconciliation(
     }
     write_json_atomically(out / "metrics.json", {**summary, "suite": suite})
     report = out / "report.md"
-    report.write_text(_render_report(summary, result.metrics, sample, suite), encoding="utf-8")
+    report.write_text(_render_report(summary, metrics, sample, suite), encoding="utf-8")
     return summary
