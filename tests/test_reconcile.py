@@ -110,6 +110,7 @@ ORDERS_ROWS = [
     ev(5, SNAP, 5, name="e", amount="1.00"),
     ev(6, SNAP, 7, name="g", amount="70.00"),
     ev(10, UPD, 1, name="a", amount="11.00"),
+    ev(10, UPD, 1, name="a", amount="11.00"),  # archived twice: changes nothing
     ev(11, UPD, 2, name="b", amount="21.00"),
     ev(12, DEL, 3),  # deleted before the resync, which does not read it: no diff row at all
     ev(13, DEL, 4),  # deleted, but the resync reads it: missing_in_incremental
@@ -130,6 +131,7 @@ ORDERS_ROWS = [
     # start position): changed during the snapshot window -> in_flight, not mismatch.
     ev(25, SNAP, 8, name="h", amount="81.00"),
     ev(26, UPD, 8, name="h", amount="81.00"),
+    ev(26, UPD, 8, name="h", amount="81.00"),  # archived twice
     ev(27, INS, 9, name="i", amount="90.00"),  # inserted during the window, not read: in_flight
     ev(28, SNAP, 10, name=None, amount="5.00"),  # NULL = NULL
     ev(29, SNAP, 11, name=None, amount="5.00"),  # NULL vs 'x': mismatch

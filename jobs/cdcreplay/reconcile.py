@@ -8,8 +8,8 @@ DataFrame -> DataFrame; only :func:`run_reconciliation` touches storage.
 
 Order. Events are totally ordered by the struct ``(position, partition, offset, row_index)`` compared field by field
 (``position`` is an array of decimals compared lexicographically; the Kafka coordinates only break ties). "order"
-below always means that struct. Exact duplicate events (same table, key, op and order: a record archived twice) are
-dropped first.
+below always means that struct. A snapshot row archived twice is read once (exact duplicates: same table, key, op
+and order). A duplicate of any other event changes nothing: either copy is the same latest event.
 
 1. **Snapshot epochs.** The snapshot rows of a table, sorted by order, are split greedily into epochs: a new epoch
    starts at the first snapshot row whose key already occurred in the current epoch (a resync snapshot re-reads keys
@@ -198,8 +198,8 @@ def _position_text(position: Column) -> Column:
 
 
 def tag_epochs(events: DataFrame) -> DataFrame:
-    """Every event once, plus ``_epoch_no``: a snapshot row's epoch (the greedy split described in the module
-    docstring), NULL for any other event.
+    """The events (a snapshot row archived twice once), plus ``_epoch_no``: a snapshot row's epoch (the greedy split
+    described in the module docstring), NULL for any other event.
 
     A table whose snapshot rows never read a key twice has a single epoch, found with one narrow aggregation; only
     the tables that re-read keys are ranked (a table's rows are ordered in one task, so ranking is what does not
@@ -220,7 +220,9 @@ def tag_epochs(events: DataFrame) -> DataFrame:
     tagged = events.filter(~(is_snapshot & reread)).withColumn("_epoch_no", F.when(is_snapshot, F.lit(1)))
     if not rereading:
         return tagged
-    return tagged.unionByName(_split_epochs(snapshots.filter(reread)))
+    # A snapshot row archived twice is read once: it must not open an epoch of its own.
+    once = snapshots.filter(reread).dropDuplicates(["table_id", "key", "op", *ORDER_FIELDS])
+    return tagged.unionByName(_split_epochs(once))
 
 
 def _split_epochs(snapshot_rows: DataFrame) -> DataFrame:
@@ -406,50 +408,63 @@ def _incremental_side(event: Column) -> list[Column]:
 
 _EVENT_FIELDS = ("after", "column_types", "op", "_order", "topic", "partition", "offset")
 _EPOCH_FIELDS = ("_last", "_truncates", "_truncated_in_window")
+# Rows per task of the one-pass sort: about 100 MB of events, so two tasks sort in memory even with a 2 GB driver
+# (sorting 10M events in 8 tasks spilled 7.5 GB to disk).
+ROWS_PER_SORT_PARTITION = 200_000
 
 
-def _pairs_in_one_pass(tagged: DataFrame, epoch: DataFrame) -> DataFrame:
+def _pairs_in_one_pass(tagged: DataFrame, epoch: DataFrame, events_count: int) -> DataFrame:
     """Snapshot/incremental pairs of tables with one reconciled epoch and no partial image, from one sort by key.
 
     In such a table a key is read at most once by the epoch E, so the incremental value of a read row -- the latest
     event of the key before it that is not a read of E -- is simply the key's event right before it (a read of an
     earlier epoch included). A key E did not read is compared as of E's last read: its last event before that.
-    Which keys changed while E was being read is one more aggregate over the key's events.
+    Which keys changed while E was being read is one more aggregate over the key's events. ``events_count``: how
+    many events these tables have (it sizes the sort).
     """
-    # Only what the window needs goes through the sort; the epoch's truncates join the rows that come out (one per
-    # key), not every event.
+    # What the window needs of the epoch is settled per event before the sort, so only the event itself is sorted;
+    # the epoch's own columns join the rows that come out (one per key).
     events = (
         tagged.filter(F.col("op").isin(*schema.ROW_OPS) & F.col("key").isNotNull())
-        .select("table_id", "key", "_epoch_no", *_EVENT_FIELDS)
         .join(epoch.select("table_id", "_e", "_first", "_last"), "table_id")
-    )
-    read = F.coalesce(F.col("_epoch_no") == F.col("_e"), F.lit(False))
-    changed_in_window = (
-        F.col("_epoch_no").isNull() & (F.col("_order") >= F.col("_first")) & (F.col("_order") < F.col("_last"))
+        .select(
+            "table_id",
+            "key",
+            *_EVENT_FIELDS,
+            F.coalesce(F.col("_epoch_no") == F.col("_e"), F.lit(False)).alias("_read"),
+            (F.col("_order") < F.col("_last")).alias("_before_last"),
+            (
+                F.col("_epoch_no").isNull() & (F.col("_order") >= F.col("_first")) & (F.col("_order") < F.col("_last"))
+            ).alias("_changed_in_window"),
+        )
+        .repartition(max(_default_partitions(tagged), -(-events_count // ROWS_PER_SORT_PARTITION)), "table_id", "key")
     )
     by_order = Window.partitionBy("table_id", "key").orderBy("_order")
     whole_key = by_order.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
     ranked = events.select(
         "*",
-        read.alias("_read"),
         F.lag(F.struct(*_EVENT_FIELDS)).over(by_order).alias("_previous"),
-        F.lead("_order").over(by_order).alias("_next_order"),
-        F.max(read).over(whole_key).alias("_key_read"),
-        F.max(changed_in_window).over(whole_key).alias("_touched"),
+        F.lead("_before_last").over(by_order).alias("_next_before_last"),
+        F.max("_read").over(whole_key).alias("_key_read"),
+        F.max("_changed_in_window").over(whole_key).alias("_touched"),
     )
+    # Events of a key come in order, so the last one before E's last read is the one whose successor is not.
     last_before_end = (
-        ~F.col("_key_read")
-        & (F.col("_order") < F.col("_last"))
-        & (F.col("_next_order").isNull() | (F.col("_next_order") >= F.col("_last")))
+        ~F.col("_key_read") & F.col("_before_last") & ~F.coalesce(F.col("_next_before_last"), F.lit(False))
     )
     incremental = F.when(F.col("_read"), F.col("_previous")).otherwise(F.struct(*_EVENT_FIELDS))
     pairs = ranked.filter(F.col("_read") | last_before_end).select(
-        *_SCOPED_KEY,
+        "table_id",
+        "key",
         *_snapshot_side(F.col("_order"), F.col("_read")),
         *_incremental_side(incremental),
         "_touched",
     )
-    return pairs.join(epoch.select("table_id", "_e", *_EPOCH_FIELDS), _SCOPE)
+    return pairs.join(epoch.select("table_id", "_e", *_EPOCH_FIELDS), "table_id")
+
+
+def _default_partitions(df: DataFrame) -> int:
+    return int(df.sparkSession.conf.get("spark.sql.shuffle.partitions"))
 
 
 def _pairs_by_scope(tagged: DataFrame, epoch: DataFrame, partial_images: bool) -> DataFrame:
@@ -555,7 +570,7 @@ def _diff_rows(pairs: DataFrame, types: list[str]) -> DataFrame:
 
 
 def _reconcile_epochs(
-    tagged: DataFrame, epoch_rows: list, epochs: DataFrame, one_pass: bool
+    tagged: DataFrame, epoch_rows: list, epochs: DataFrame, events_per_table: dict[str, int], one_pass: bool
 ) -> tuple[DataFrame, list[str]]:
     """Diff rows of every epoch that is not a baseline, and the tables that took
     :func:`_pairs_in_one_pass`: those with one reconciled epoch and no partial image (none when ``one_pass`` is
@@ -577,7 +592,8 @@ def _reconcile_epochs(
 
     parts = []
     if simple:
-        parts.append(_pairs_in_one_pass(tagged, epochs_of(simple)))
+        events_count = sum(events_per_table[table] for table in simple)
+        parts.append(_pairs_in_one_pass(tagged, epochs_of(simple), events_count))
     if others:
         partial_images = any(row._partial for row in epoch_rows if row.table_id in others)
         parts.append(_pairs_by_scope(tagged, epochs_of(others), partial_images))
@@ -593,15 +609,9 @@ def _reconcile_epochs(
 
 
 def prepare_changelog(changelog_df: DataFrame) -> DataFrame:
-    """The changelog columns in contract order and types, exact duplicate events dropped, plus ``_order``."""
+    """The changelog columns in contract order and types, plus ``_order``."""
     contract = schema.struct_type(schema.CHANGELOG_DDL)
     df = changelog_df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in contract.fields])
-    # The same record archived twice is the same event; it must not open a snapshot epoch of its own. Duplicates are
-    # looked for on a few narrow columns that any two copies of one event share (a hash aggregation of small values);
-    # only when some are found are whole events compared on their identity and deduplicated.
-    identity = ["table_id", "key", "op", *ORDER_FIELDS]
-    if not df.groupBy("table_id", "partition", "offset", "row_index").count().where(F.col("count") > 1).isEmpty():
-        df = df.dropDuplicates(identity)
     return df.withColumn("_order", event_order())
 
 
@@ -612,7 +622,7 @@ def plan_reconciliation(changelog_df: DataFrame, *, one_pass: bool = True) -> Re
     # Not checkpointed: the events are read three times (epochs, their bounds, the diff), and each read of the
     # Parquet input takes only the columns it needs; materializing all of them cost more than it saved.
     events = prepare_changelog(changelog_df)
-    tagged = tag_epochs(events)  # every event once, snapshot rows tagged with their epoch
+    tagged = tag_epochs(events)  # snapshot rows tagged with their epoch
 
     # One aggregation over all events per table and epoch (_epoch_no NULL: the table's other events), computed once.
     groups = (
@@ -681,7 +691,11 @@ def plan_reconciliation(changelog_df: DataFrame, *, one_pass: bool = True) -> Re
 
     epochs = spark.createDataFrame(epoch_rows, epochs_query.schema).drop("_types")
     if any(not row._baseline for row in epoch_rows):
-        diff, one_pass_tables = _reconcile_epochs(tagged, epoch_rows, epochs, one_pass)
+        events_per_table = {
+            row.table_id: int(row.events)
+            for row in groups.groupBy("table_id").agg(F.sum("_rows").alias("events")).collect()
+        }
+        diff, one_pass_tables = _reconcile_epochs(tagged, epoch_rows, epochs, events_per_table, one_pass)
         return ReconciliationPlan(diff.select(*DIFF_COLUMNS), epoch_rows, one_pass_tables)
     return ReconciliationPlan(spark.createDataFrame([], DIFF_DDL), epoch_rows)
 
