@@ -511,9 +511,9 @@ def _pairs_by_scope(tagged: DataFrame, epoch: DataFrame, partial_images: bool) -
 
 
 def _diff_rows(pairs: DataFrame, types: list[str]) -> DataFrame:
-    """Diff rows from snapshot/incremental pairs: one row per key and epoch with a
-    snapshot read or a live incremental value (the columns of :func:`_snapshot_side`, :func:`_incremental_side`,
-    ``_touched`` and the epoch's ``_last``, ``_truncates``, ``_truncated_in_window``)."""
+    """Diff rows from snapshot/incremental pairs: one row per key and epoch with a snapshot read or a live
+    incremental value. ``pairs`` has the columns of :func:`_snapshot_side` and :func:`_incremental_side`,
+    ``_touched``, and the epoch's ``_last``, ``_truncates`` and ``_truncated_in_window``."""
     pairs = pairs.withColumn("_cutoff", F.coalesce(F.col("_s_order"), F.col("_last"))).withColumn(
         # The latest truncate after the key's latest event and before the cutoff empties the key.
         "_truncate",
@@ -658,15 +658,7 @@ def plan_reconciliation(changelog_df: DataFrame, *, one_pass: bool = True) -> Re
     )
     epochs_query = (
         groups.filter(F.col("_epoch_no").isNotNull())
-        .select(
-            "table_id",
-            "_epoch_no",
-            "_first",
-            "_last",
-            "_rows",
-            F.col("_group_types").alias("_snapshot_types"),
-            F.col("_group_partial").alias("_snapshot_partial"),
-        )
+        .drop("_truncates")  # snapshot rows are no truncates
         .join(first_change, "table_id", "left")
         .select(
             "table_id",
@@ -681,9 +673,9 @@ def plan_reconciliation(changelog_df: DataFrame, *, one_pass: bool = True) -> Re
             ).alias("_baseline"),
             _order_text(F.col("_first")).alias("_first_text"),
             _order_text(F.col("_last")).alias("_last_text"),
-            F.concat(F.col("_snapshot_types"), F.coalesce(F.col("_change_types"), F.array())).alias("_types"),
+            F.concat(F.col("_group_types"), F.coalesce(F.col("_change_types"), F.array())).alias("_types"),
             F.coalesce(F.col("_truncates"), F.array()).alias("_truncates"),
-            (F.col("_snapshot_partial") | F.coalesce(F.col("_change_partial"), F.lit(False))).alias("_partial"),
+            (F.col("_group_partial") | F.coalesce(F.col("_change_partial"), F.lit(False))).alias("_partial"),
         )
         .orderBy("table_id", "_epoch_no")
     )
