@@ -192,13 +192,13 @@ def _write_type_conflicts(spark: SparkSession, state: DataFrame, layouts: dict, 
 def _audit_tables(spark: SparkSession, paths, version: str, layouts: dict, run_dir: Path) -> dict:
     """Run the latest_state suite (key columns not null, unique) on every typed table written for ``version``."""
     data_docs = run_dir / "quality" / "data_docs"
+    runner = quality.SuiteRunner(data_docs_dir=data_docs)
     results = {}
     for table_id, layout in sorted(layouts.items()):
         frame = spark.read.parquet(str(paths.table_dir(version, table_id)))
-        outcome = quality.validate_latest_state(
-            frame, list(layout.key_columns), data_docs_dir=data_docs, table_id=table_id
-        )
+        outcome = quality.validate_latest_state(frame, list(layout.key_columns), table_id=table_id, runner=runner)
         results[table_id] = {"success": outcome.success, "failed": outcome.failed}
+    runner.build_data_docs()
     failed = {table_id: r["failed"] for table_id, r in results.items() if not r["success"]}
     if failed:
         shutil.rmtree(paths.version_dir(version), ignore_errors=True)

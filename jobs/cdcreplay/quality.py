@@ -238,6 +238,105 @@ def _safe(name: str) -> str:
     return _SAFE_NAME.sub("_", name)
 
 
+class SuiteRunner:
+    """Validations that share one GX context, and with it one Data Docs site built once, at the end.
+
+    A run audits every table it publishes: one context per table would build the context, its Spark data source and
+    GX's page templates again per table, and re-render the Data Docs site after each one -- seconds per table, the
+    largest fixed cost of a small run (a database of hundreds of tables paid it hundreds of times). Here each
+    :meth:`validate` adds one suite, asset and validation definition to the shared context and stores its result;
+    :meth:`build_data_docs` renders the site from all of them.
+    """
+
+    def __init__(self, expectations_dir: Path | str | None = None, data_docs_dir: Path | str | None = None):
+        self.expectations_dir = expectations_dir
+        self.docs = Path(data_docs_dir).resolve() if data_docs_dir is not None else None
+        if self.docs is not None:
+            self.docs.mkdir(parents=True, exist_ok=True)
+        self.context = _context(self.docs)
+        self.source = self.context.data_sources.add_spark("spark")
+        self._labels: set[str] = set()
+        self._assets: set[str] = set()
+
+    def validate(
+        self,
+        df,
+        suite_name: str,
+        *,
+        parameters: dict | None = None,
+        suite_label: str | None = None,
+        asset_name: str | None = None,
+        run_name: str | None = None,
+    ) -> SuiteResult:
+        """Validate Spark DataFrame ``df`` with ``<expectations_dir>/<suite_name>.json`` (see :func:`run_suite`)."""
+        import great_expectations as gx
+        from great_expectations.core.run_identifier import RunIdentifier
+
+        config = load_suite_config(suite_name, self.expectations_dir)
+        label = _unique(_safe(suite_label or suite_name), self._labels)
+        suite = self.context.suites.add_or_update(_build_suite(label, config, render_expectations(config, parameters)))
+        asset = self.source.add_dataframe_asset(_unique(_safe(asset_name or label), self._assets))
+        batch_definition = asset.add_batch_definition_whole_dataframe("whole_dataframe")
+        validation = self.context.validation_definitions.add(
+            gx.ValidationDefinition(name=f"{label}-validation", data=batch_definition, suite=suite)
+        )
+        outcome = validation.run(
+            batch_parameters={"dataframe": df},
+            result_format={"result_format": "SUMMARY"},
+            run_id=RunIdentifier(run_name=run_name) if run_name else None,
+        )
+        return _summarize(label, outcome)
+
+    def build_data_docs(self) -> str | None:
+        """Render the Data Docs site of every validation so far; the path of its ``index.html`` (None without one)."""
+        if self.docs is None:
+            return None
+        self.context.build_data_docs()
+        index = self.docs / "index.html"
+        return str(index) if index.exists() else None
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    """``name``, or ``name-2``, ``name-3``, ... when it is ``taken`` already (two table ids may differ only in
+    characters :func:`_safe` replaces); the name returned is added to ``taken``."""
+    candidate, n = name, 1
+    while candidate in taken:
+        n += 1
+        candidate = f"{name}-{n}"
+    taken.add(candidate)
+    return candidate
+
+
+def _summarize(label: str, outcome) -> SuiteResult:
+    """A GX suite validation result as a :class:`SuiteResult` (plain JSON values, a line per failed expectation)."""
+    failed: list[str] = []
+    results: list[dict] = []
+    for item in outcome.results:
+        kind = item.expectation_config.type
+        kwargs = {k: v for k, v in item.expectation_config.kwargs.items() if k != "batch_id"}
+        result = dict(item.result or {})
+        exception = dict(item.exception_info or {}) if isinstance(item.exception_info, dict) else None
+        results.append(
+            {
+                "type": kind,
+                "kwargs": kwargs,
+                "success": bool(item.success),
+                "unexpected_count": result.get("unexpected_count"),
+                "element_count": result.get("element_count"),
+                "partial_unexpected_counts": result.get("partial_unexpected_counts"),
+            }
+        )
+        if not item.success:
+            failed.append(_describe_failure(kind, kwargs, result, exception))
+    return SuiteResult(
+        suite_name=label,
+        success=bool(outcome.success),
+        failed=failed,
+        statistics=json.loads(json.dumps(dict(outcome.statistics), default=str)),
+        results=json.loads(json.dumps(results, default=str)),
+    )
+
+
 def run_suite(
     df,
     suite_name: str,
@@ -253,71 +352,15 @@ def run_suite(
 
     ``parameters`` fill the suite's template values; ``suite_label`` names the rendered suite (default: the suite
     name) in the stores and Data Docs, ``asset_name`` the validated data (default: the label). With
-    ``data_docs_dir`` the Data Docs site is (re)built there; open ``index.html``.
+    ``data_docs_dir`` the Data Docs site is (re)built there; open ``index.html``. To validate several frames into one
+    site, use a :class:`SuiteRunner`.
     """
-    import great_expectations as gx
-    from great_expectations.core.run_identifier import RunIdentifier
-
-    config = load_suite_config(suite_name, expectations_dir)
-    label = _safe(suite_label or suite_name)
-    suite = _build_suite(label, config, render_expectations(config, parameters))
-
-    docs = Path(data_docs_dir).resolve() if data_docs_dir is not None else None
-    if docs is not None:
-        docs.mkdir(parents=True, exist_ok=True)
-    context = _context(docs)
-    suite = context.suites.add_or_update(suite)
-    batch_definition = (
-        context.data_sources.add_spark("spark")
-        .add_dataframe_asset(_safe(asset_name or label))
-        .add_batch_definition_whole_dataframe("whole_dataframe")
+    runner = SuiteRunner(expectations_dir, data_docs_dir)
+    result = runner.validate(
+        df, suite_name, parameters=parameters, suite_label=suite_label, asset_name=asset_name, run_name=run_name
     )
-    validation = context.validation_definitions.add(
-        gx.ValidationDefinition(name=f"{label}-validation", data=batch_definition, suite=suite)
-    )
-    actions = [gx.checkpoint.UpdateDataDocsAction(name="update_data_docs")] if docs is not None else []
-    checkpoint = context.checkpoints.add(
-        gx.Checkpoint(
-            name=f"{label}-checkpoint",
-            validation_definitions=[validation],
-            actions=actions,
-            result_format={"result_format": "SUMMARY"},
-        )
-    )
-    run_id = RunIdentifier(run_name=run_name) if run_name else None
-    outcome = checkpoint.run(batch_parameters={"dataframe": df}, run_id=run_id)
-
-    failed: list[str] = []
-    results: list[dict] = []
-    statistics: dict = {}
-    for validation_result in outcome.run_results.values():
-        statistics = dict(validation_result.statistics)
-        for item in validation_result.results:
-            kind = item.expectation_config.type
-            kwargs = {k: v for k, v in item.expectation_config.kwargs.items() if k != "batch_id"}
-            result = dict(item.result or {})
-            exception = dict(item.exception_info or {}) if isinstance(item.exception_info, dict) else None
-            results.append(
-                {
-                    "type": kind,
-                    "kwargs": kwargs,
-                    "success": bool(item.success),
-                    "unexpected_count": result.get("unexpected_count"),
-                    "element_count": result.get("element_count"),
-                    "partial_unexpected_counts": result.get("partial_unexpected_counts"),
-                }
-            )
-            if not item.success:
-                failed.append(_describe_failure(kind, kwargs, result, exception))
-    index = docs / "index.html" if docs is not None else None
-    return SuiteResult(
-        suite_name=label,
-        success=bool(outcome.success),
-        failed=failed,
-        statistics=json.loads(json.dumps(statistics, default=str)),
-        results=json.loads(json.dumps(results, default=str)),
-        data_docs_index=str(index) if index is not None and index.exists() else None,
-    )
+    result.data_docs_index = runner.build_data_docs()
+    return result
 
 
 def validate_latest_state(
@@ -326,17 +369,21 @@ def validate_latest_state(
     expectations_dir: Path | str | None = None,
     data_docs_dir: Path | str | None = None,
     table_id: str | None = None,
+    runner: SuiteRunner | None = None,
 ) -> SuiteResult:
-    """Run the ``latest_state`` suite on one published table: key columns not null and (compound) unique."""
+    """Run the ``latest_state`` suite on one published table: key columns not null and (compound) unique.
+
+    With a ``runner`` (the audit of a run's tables) the result goes into its context and Data Docs are left to its
+    ``build_data_docs``; without, this is one :func:`run_suite` (Data Docs built in ``data_docs_dir``).
+    """
     if not key_columns:
         raise ValueError(f"validate_latest_state needs the key columns of table {table_id or '(unnamed)'}")
     label = f"{SUITE_LATEST_STATE}.{table_id}" if table_id else SUITE_LATEST_STATE
-    return run_suite(
-        df,
-        SUITE_LATEST_STATE,
-        expectations_dir,
-        data_docs_dir,
-        parameters={"key_columns": list(key_columns)},
-        suite_label=label,
-        asset_name=table_id or SUITE_LATEST_STATE,
-    )
+    options = {
+        "parameters": {"key_columns": list(key_columns)},
+        "suite_label": label,
+        "asset_name": table_id or SUITE_LATEST_STATE,
+    }
+    if runner is not None:
+        return runner.validate(df, SUITE_LATEST_STATE, **options)
+    return run_suite(df, SUITE_LATEST_STATE, expectations_dir, data_docs_dir, **options)
