@@ -20,7 +20,7 @@ from cdcreplay.formats import REGISTRY, decoder
 from cdcreplay.formats.common import DECODED_DDL, KIND_CHANGE, KIND_CONTROL, KIND_QUARANTINE
 from cdcreplay.run_spec import RunSpec
 from cdcreplay.schema import CHANGELOG_COLUMNS, CONTROL_NOTE
-from cdcreplay.tables import table_layouts, type_conflicts, typed_table
+from cdcreplay.tables import TYPED_TABLE_FORMAT, TableLayout, table_layouts, type_conflicts, typed_table
 
 
 class AccountingError(RuntimeError):
@@ -115,12 +115,19 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
     t = lap("compact", t, kinds["changelog_rows"], unit="changes merged")
 
     # -- typed tables, audited, then one atomic switch of the published pointer ------------------------------------
+    # A table this run did not change keeps its typed files (linked into the new version) and its audit: a nightly
+    # run costs the tables it touched, not every table of the database.
     layouts = table_layouts(state)
-    tables: dict[str, dict] = {}
+    unchanged = unchanged_tables(paths, current if base_state is not None else None, layouts, kinds)
+    retyped = {table_id: layout for table_id, layout in layouts.items() if table_id not in unchanged}
     for table_id, layout in sorted(layouts.items()):
+        if table_id in unchanged:
+            warehouse.link_table(paths.root / unchanged[table_id]["path"], paths.table_dir(version, table_id))
+            continue
         typed = typed_table(table_state(partitioned_state, table_id), layout)
         typed.write.mode("overwrite").parquet(str(paths.table_dir(version, table_id)))
-    conflicts = _write_type_conflicts(spark, partitioned_state, layouts, run_dir / TYPE_CONFLICTS_FOLDER)
+    conflicts = _write_type_conflicts(spark, partitioned_state, retyped, run_dir / TYPE_CONFLICTS_FOLDER)
+    conflicts.update({table_id: info.get("type_conflicts", 0) for table_id, info in unchanged.items()})
     counts = {
         row.table_id: row.asDict()
         for row in state.groupBy("table_id")
@@ -130,6 +137,7 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
         )
         .collect()
     }
+    tables: dict[str, dict] = {}
     for table_id, layout in layouts.items():
         tables[table_id] = {
             "rows": counts[table_id]["rows"] - conflicts.get(table_id, 0),
@@ -138,14 +146,18 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
             "key_columns": list(layout.key_columns),
             "columns": [list(c) for c in layout.columns],
             "changes_this_run": kinds["changes_by_table"].get(table_id, 0),
+            "typed_in_version": unchanged[table_id]["typed_in_version"] if table_id in unchanged else version,
+            "typed_format": TYPED_TABLE_FORMAT,
         }
     for table_id, row in counts.items():  # tables whose every key is deleted still exist, empty
         tables.setdefault(table_id, {"rows": 0, "tombstones": row["tombstones"], "key_columns": [], "columns": []})
-    t = lap("type", t, len(tables), unit="tables typed")
+    unit = f"tables typed, {len(unchanged)} unchanged tables kept" if unchanged else "tables typed"
+    t = lap("type", t, len(retyped), unit=unit)
 
     # -- audit before publish: a table that fails its suite is never published; readers keep the previous version --
-    audit = _audit_tables(spark, paths, version, layouts, run_dir)
-    t = lap("audit", t, len(audit["tables"]), len(layouts), "tables passed")
+    audit = _audit_tables(spark, paths, version, retyped, run_dir)
+    audit["unchanged_tables"] = sorted(unchanged)  # passed the suite when they were typed, in typed_in_version
+    t = lap("audit", t, sum(r["success"] for r in audit["tables"].values()), len(retyped), "tables passed")
     pointer = warehouse.publish(paths, version, tables, spec.run_id, config.project.keep_versions)
     lap("publish", t, len(pointer["tables"]), unit="tables published")
 
@@ -173,6 +185,34 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
 TYPE_CONFLICTS_FOLDER = "type_conflicts"
 
 
+def unchanged_tables(
+    paths: warehouse.PipelinePaths, current: dict | None, layouts: dict[str, TableLayout], kinds: dict
+) -> dict[str, dict]:
+    """The tables a run can publish as the previous version has them: their published info, by table id.
+
+    A table qualifies when this run applied no change to it (no row change, no truncate), so its state rows are the
+    ones the previous version was typed from, and when its columns, key and typed format are the ones the previous
+    version recorded (a column type declared anew, or a release that types differently, types it again). A tombstone
+    the retention purges changes only the state, never the typed rows. ``current`` is None on a full rebuild.
+    """
+    if current is None:
+        return {}
+    unchanged = {}
+    for table_id, layout in layouts.items():
+        info = current["tables"].get(table_id)
+        if (
+            info is None
+            or kinds["changes_by_table"].get(table_id)
+            or info.get("typed_format") != TYPED_TABLE_FORMAT
+            or info.get("key_columns") != list(layout.key_columns)
+            or info.get("columns") != [list(column) for column in layout.columns]
+            or not (paths.root / info["path"]).is_dir()
+        ):
+            continue
+        unchanged[table_id] = info
+    return unchanged
+
+
 def _write_type_conflicts(spark: SparkSession, state: DataFrame, layouts: dict, folder: Path) -> dict[str, int]:
     """Write the live rows held back from the typed tables (``tables.type_conflicts``); their count per table.
 
@@ -190,15 +230,16 @@ def _write_type_conflicts(spark: SparkSession, state: DataFrame, layouts: dict, 
 
 
 def _audit_tables(spark: SparkSession, paths, version: str, layouts: dict, run_dir: Path) -> dict:
-    """Run the latest_state suite (key columns not null, unique) on every typed table written for ``version``."""
+    """Run the latest_state suite (key columns not null, unique) on the tables ``version`` typed (``layouts``)."""
     data_docs = run_dir / "quality" / "data_docs"
-    runner = quality.SuiteRunner(data_docs_dir=data_docs)
     results = {}
-    for table_id, layout in sorted(layouts.items()):
-        frame = spark.read.parquet(str(paths.table_dir(version, table_id)))
-        outcome = quality.validate_latest_state(frame, list(layout.key_columns), table_id=table_id, runner=runner)
-        results[table_id] = {"success": outcome.success, "failed": outcome.failed}
-    runner.build_data_docs()
+    if layouts:
+        runner = quality.SuiteRunner(data_docs_dir=data_docs)
+        for table_id, layout in sorted(layouts.items()):
+            frame = spark.read.parquet(str(paths.table_dir(version, table_id)))
+            outcome = quality.validate_latest_state(frame, list(layout.key_columns), table_id=table_id, runner=runner)
+            results[table_id] = {"success": outcome.success, "failed": outcome.failed}
+        runner.build_data_docs()
     failed = {table_id: r["failed"] for table_id, r in results.items() if not r["success"]}
     if failed:
         shutil.rmtree(paths.version_dir(version), ignore_errors=True)
@@ -208,7 +249,8 @@ def _audit_tables(spark: SparkSession, paths, version: str, layouts: dict, run_d
             f"{problems}. "
             f"Data Docs: {data_docs / 'index.html'}"
         )
-    return {"suite": quality.SUITE_LATEST_STATE, "tables": results, "data_docs_path": str(data_docs / "index.html")}
+    index = str(data_docs / "index.html") if results else None  # no table typed, none audited: no site
+    return {"suite": quality.SUITE_LATEST_STATE, "tables": results, "data_docs_path": index}
 
 
 def _read_decoded(spark: SparkSession, paths, run_id: str, kind: str, changelog_only: bool = False) -> DataFrame:

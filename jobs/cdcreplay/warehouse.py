@@ -160,6 +160,22 @@ def _remove_versions_except(paths: PipelinePaths, keep: set[str]) -> None:
             shutil.rmtree(folder, ignore_errors=True)
 
 
+def link_table(source: Path, target: Path) -> None:
+    """Give the new version's table folder ``target`` the files of the published folder ``source``, unchanged.
+
+    Hard links: no data is copied, and the files stay when ``source``'s version is removed (a file is deleted with
+    its last link). Where the file system has no hard links (or ``source`` is on another one), the files are copied.
+    """
+    for folder, _subfolders, files in os.walk(source):
+        into = target / Path(folder).relative_to(source)
+        into.mkdir(parents=True, exist_ok=True)
+        for name in files:
+            try:
+                os.link(Path(folder) / name, into / name)
+            except OSError:
+                shutil.copy2(Path(folder) / name, into / name)
+
+
 def published_table_path(paths: PipelinePaths, table_id: str) -> str:
     """Folder of the published typed table, or a clear error naming what is published."""
     current = read_current(paths)
