@@ -17,21 +17,6 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # keep Spark on loopback
 logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
-# The suite runs on two pytest-xdist workers, one test module per worker at a time (`--dist loadfile`, pyproject.toml).
-# These modules each take minutes, mostly waiting on Airflow and spark-submit processes of their own: they start
-# first, slowest first, so the many short modules fill the other worker around them instead of one of them
-# starting last and running alone.
-SLOWEST_MODULES = ("test_airflow_run.py", "test_crash_safety.py", "test_ui_plugin.py", "test_cluster.py")
-
-
-def pytest_collection_modifyitems(items):
-    def rank(item) -> int:
-        name = item.path.name
-        return SLOWEST_MODULES.index(name) if name in SLOWEST_MODULES else len(SLOWEST_MODULES)
-
-    items.sort(key=rank)  # stable: the order inside a module and among the other modules stays as collected
-
-
 @pytest.fixture(scope="session")
 def spark():
     from cdcreplay.spark import build_session
