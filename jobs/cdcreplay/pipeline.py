@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -120,13 +121,19 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
     layouts = table_layouts(state)
     unchanged = unchanged_tables(paths, current if base_state is not None else None, layouts, kinds)
     retyped = {table_id: layout for table_id, layout in layouts.items() if table_id not in unchanged}
-    for table_id, layout in sorted(layouts.items()):
-        if table_id in unchanged:
-            warehouse.link_table(paths.root / unchanged[table_id]["path"], paths.table_dir(version, table_id))
-            continue
-        typed = typed_table(table_state(partitioned_state, table_id), layout)
+    for table_id in sorted(unchanged):
+        warehouse.link_table(paths.root / unchanged[table_id]["path"], paths.table_dir(version, table_id))
+
+    def write_typed(table_id: str) -> None:
+        typed = typed_table(table_state(partitioned_state, table_id), retyped[table_id])
         typed.write.mode("overwrite").parquet(str(paths.table_dir(version, table_id)))
-    conflicts = _write_type_conflicts(spark, partitioned_state, retyped, run_dir / TYPE_CONFLICTS_FOLDER)
+
+    # One Spark job per table: with many small tables the time goes to the driver's planning and scheduling of each
+    # job, so a few run at once (Spark runs concurrent jobs from several threads; the executors' cores are shared).
+    with ThreadPoolExecutor(max_workers=TYPED_WRITES_AT_ONCE) as pool:
+        for done in [pool.submit(write_typed, table_id) for table_id in sorted(retyped)]:
+            done.result()  # the first failure ends the run, as one written in sequence would
+    conflicts = _write_type_conflicts(spark, state, retyped, run_dir / TYPE_CONFLICTS_FOLDER)
     conflicts.update({table_id: info.get("type_conflicts", 0) for table_id, info in unchanged.items()})
     counts = {
         row.table_id: row.asDict()
@@ -183,6 +190,7 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
 
 
 TYPE_CONFLICTS_FOLDER = "type_conflicts"
+TYPED_WRITES_AT_ONCE = 4
 
 
 def unchanged_tables(
@@ -218,13 +226,9 @@ def _write_type_conflicts(spark: SparkSession, state: DataFrame, layouts: dict, 
 
     They stay in the state: a later change of the key replaces them, and the next run publishes that row.
     """
-    frames = [type_conflicts(table_state(state, table_id), layout) for table_id, layout in sorted(layouts.items())]
-    if not frames:
+    if not layouts:
         return {}
-    held_back = frames[0]
-    for frame in frames[1:]:
-        held_back = held_back.unionByName(frame)
-    held_back.write.mode("overwrite").parquet(str(folder))
+    type_conflicts(state, layouts).write.mode("overwrite").parquet(str(folder))
     written = spark.read.parquet(str(folder))
     return {row.table_id: row["count"] for row in written.groupBy("table_id").count().collect()}
 
@@ -423,8 +427,8 @@ def read_state(spark: SparkSession, path: Path | str, keep_partition: bool = Fal
 def table_state(state: DataFrame, table_id: str) -> DataFrame:
     """The rows of one table, reading only its partition when ``state`` still has the partition column.
 
-    The type stage makes two passes per table (typed rows, type conflicts); without the partition filter each pass
-    would scan the whole state, so a database of hundreds of tables would read the state hundreds of times.
+    The type stage writes each table on its own; without the partition filter each write would scan the whole
+    state, so a database of hundreds of tables would read the state hundreds of times.
     """
     rows = state.where(F.col("table_id") == table_id)
     if STATE_PARTITION not in state.columns:
