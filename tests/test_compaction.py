@@ -140,6 +140,52 @@ def test_merging_previous_state_equals_full_replay_and_is_idempotent(spark):
     assert state_of(again) == full
 
 
+def whole_state(df) -> list[tuple]:
+    """Every column of every state row, sorted: the carried-over rows must equal the merged ones field for field."""
+    return sorted(tuple(str(value) for value in row) for row in df.select(*sorted(df.columns)).collect())
+
+
+def test_a_nightly_merge_carries_untouched_keys_over_and_equals_the_full_merge(spark):
+    """With the run's change count given (and small), keys the changes do not name keep their state rows past a
+    broadcast join; the named keys, and every key of a table the run truncated, are merged. Same result either way."""
+    day1 = [
+        change("insert", 1, {"id": "1", "v": "a", "w": "x"}, position=(1,)),
+        change("insert", 2, {"id": "2", "v": "b", "w": "y"}, position=(2,)),
+        change("insert", 3, {"id": "3", "v": "c", "w": "z"}, position=(3,)),
+        change("delete", 3, None, position=(4,)),  # a tombstone nobody touches again: carried as it is
+        change("insert", 1, {"id": "1", "v": "u1", "w": None}, table="db.u", position=(5,)),
+        change("insert", 2, {"id": "2", "v": "u2", "w": None}, table="db.u", position=(6,)),
+    ]
+    day2 = [
+        change("update", 1, {"id": "1", "v": "a2"}, position=(7,)),  # partial image: w comes from the stored row
+        change("insert", 4, {"id": "4", "v": "d", "w": None}, position=(8,)),
+        {**change("truncate", None, position=(9,), table="db.u"), "key_columns": None},  # wipes u's keys 1 and 2
+        change("insert", 3, {"id": "3", "v": "u3", "w": None}, table="db.u", position=(10,)),
+    ]
+    state = latest_rows(frame(spark, day1))
+    full = whole_state(latest_rows(frame(spark, day1 + day2)))
+    merged = merge_with_state(state, frame(spark, day2), change_count=len(day2))
+
+    assert whole_state(merged) == full == whole_state(merge_with_state(state, frame(spark, day2)))
+    assert state_of(merged.where("table_id = 'db.t'")) == {
+        '["1"]': (False, {"id": "1", "v": "a2", "w": "x"}),
+        '["2"]': (False, {"id": "2", "v": "b", "w": "y"}),
+        '["3"]': (True, None),
+        '["4"]': (False, {"id": "4", "v": "d", "w": None}),
+    }
+    assert state_of(merged.where("table_id = 'db.u'")) == {
+        '["1"]': (True, None),
+        '["2"]': (True, None),
+        '["3"]': (False, {"id": "3", "v": "u3", "w": None}),
+    }
+    plan = merged._jdf.queryExecution().executedPlan().toString()
+    assert "BroadcastHashJoin" in plan and "LeftAnti" in plan, plan
+    # Past the limit the whole state is merged with the changes (the set of changed keys is not broadcast).
+    too_many = merge_with_state(state, frame(spark, day2), change_count=10**9)
+    assert "LeftAnti" not in too_many._jdf.queryExecution().executedPlan().toString()
+    assert whole_state(too_many) == full
+
+
 def test_tombstones_are_purged_only_past_their_retention(spark):
     def at(row, day):
         return {**row, "event_time": datetime(2026, 1, day)}

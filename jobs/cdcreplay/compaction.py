@@ -150,8 +150,39 @@ def purge_tombstones(state: DataFrame, retention_days: int | None) -> DataFrame:
     return state.where(~expired)
 
 
-def merge_with_state(previous_state: DataFrame | None, changes: DataFrame) -> DataFrame:
-    """New state from the previous state (changelog columns + deleted) and a run's changes."""
+# A run's changes name at most this many keys for the untouched rest of the state to be carried over by a broadcast
+# join (the driver and every executor hold the set of changed keys: ~100 bytes a key). More go the full merge.
+CARRY_OVER_MAX_CHANGES = 1_000_000
+
+
+def merge_with_state(
+    previous_state: DataFrame | None, changes: DataFrame, change_count: int | None = None
+) -> DataFrame:
+    """New state from the previous state (changelog columns + deleted) and a run's changes.
+
+    A key no change of this run names, in a table this run did not truncate, keeps its state row as it is: the
+    latest event of such a key is its stored row, so only the keys the changes name (and every key of a truncated
+    table) are merged. With ``change_count`` (the run's changelog rows) at most :data:`CARRY_OVER_MAX_CHANGES`, the
+    rest of the state is carried over past a broadcast join instead of being shuffled and sorted with the changes --
+    a nightly run onto a large state then costs a scan and a write of it, not a sort. Either way the result is the
+    one compacting the whole history gives.
+    """
     if previous_state is None:
         return latest_rows(changes)
-    return latest_rows(previous_state.select(*S.CHANGELOG_COLUMNS).unionByName(changes.select(*S.CHANGELOG_COLUMNS)))
+    previous = previous_state.select(*S.CHANGELOG_COLUMNS, "deleted")
+    merged_input = changes.select(*S.CHANGELOG_COLUMNS)
+    if change_count is None or change_count > CARRY_OVER_MAX_CHANGES:
+        return latest_rows(previous.drop("deleted").unionByName(merged_input))
+    named = F.broadcast(
+        changes.where(F.col("op").isin(*S.ROW_OPS) & F.col("key").isNotNull()).select("table_id", "key").distinct()
+    )
+    truncated = [
+        row.table_id for row in changes.where(F.col("op") == S.OP_TRUNCATE).select("table_id").distinct().collect()
+    ]
+    in_truncated_table = F.col("table_id").isin(truncated) if truncated else F.lit(False)
+    carried = previous.where(~in_truncated_table).join(named, ["table_id", "key"], "left_anti")
+    reworked = previous.where(in_truncated_table).unionByName(
+        previous.where(~in_truncated_table).join(named, ["table_id", "key"], "left_semi")
+    )
+    merged = latest_rows(reworked.drop("deleted").unionByName(merged_input))
+    return carried.select(*merged.columns).unionByName(merged)

@@ -21,6 +21,7 @@ from cdcreplay.formats import REGISTRY, decoder
 from cdcreplay.formats.common import DECODED_DDL, KIND_CHANGE, KIND_CONTROL, KIND_QUARANTINE
 from cdcreplay.run_spec import RunSpec
 from cdcreplay.schema import CHANGELOG_COLUMNS, CONTROL_NOTE
+from cdcreplay.spark import vectorized_parquet_reads
 from cdcreplay.tables import TYPED_TABLE_FORMAT, TableLayout, table_layouts, type_conflicts, typed_table
 
 
@@ -107,59 +108,64 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
     t = lap("decode", t, kinds["source_records"], manifest["distinct_records"], "records decoded")
 
     # -- compact onto the previous published state (base_state, read above), unless this is a full rebuild ---------
-    changes = _read_decoded(spark, paths, spec.run_id, KIND_CHANGE, changelog_only=True)
-    version = warehouse.new_version(spec.run_id)
-    state = purge_tombstones(merge_with_state(base_state, changes), pipeline.tombstone_retention_days)
-    write_state(state, paths.state_dir(version))
-    partitioned_state = read_state(spark, paths.state_dir(version), keep_partition=True)
-    state = partitioned_state.drop(STATE_PARTITION)
-    t = lap("compact", t, kinds["changelog_rows"], unit="changes merged")
+    # Compaction and typing are Spark alone (no Python reads their rows), so they may use the vectorized Parquet
+    # reader: about twice as fast over the state's map columns (see cdcreplay.spark).
+    with vectorized_parquet_reads(spark):
+        changes = _read_decoded(spark, paths, spec.run_id, KIND_CHANGE, changelog_only=True)
+        version = warehouse.new_version(spec.run_id)
+        merged = merge_with_state(base_state, changes, kinds["changelog_rows"])
+        state = purge_tombstones(merged, pipeline.tombstone_retention_days)
+        write_state(state, paths.state_dir(version))
+        partitioned_state = read_state(spark, paths.state_dir(version), keep_partition=True)
+        state = partitioned_state.drop(STATE_PARTITION)
+        t = lap("compact", t, kinds["changelog_rows"], unit="changes merged")
 
-    # -- typed tables, audited, then one atomic switch of the published pointer ------------------------------------
-    # A table this run did not change keeps its typed files (linked into the new version) and its audit: a nightly
-    # run costs the tables it touched, not every table of the database.
-    layouts = table_layouts(state)
-    unchanged = unchanged_tables(paths, current if base_state is not None else None, layouts, kinds)
-    retyped = {table_id: layout for table_id, layout in layouts.items() if table_id not in unchanged}
-    for table_id in sorted(unchanged):
-        warehouse.link_table(paths.root / unchanged[table_id]["path"], paths.table_dir(version, table_id))
+        # -- typed tables, audited, then one atomic switch of the published pointer --------------------------------
+        # A table this run did not change keeps its typed files (linked into the new version) and its audit: a
+        # nightly run costs the tables it touched, not every table of the database.
+        layouts = table_layouts(state)
+        unchanged = unchanged_tables(paths, current if base_state is not None else None, layouts, kinds)
+        retyped = {table_id: layout for table_id, layout in layouts.items() if table_id not in unchanged}
+        for table_id in sorted(unchanged):
+            warehouse.link_table(paths.root / unchanged[table_id]["path"], paths.table_dir(version, table_id))
 
-    def write_typed(table_id: str) -> None:
-        typed = typed_table(table_state(partitioned_state, table_id), retyped[table_id])
-        typed.write.mode("overwrite").parquet(str(paths.table_dir(version, table_id)))
+        def write_typed(table_id: str) -> None:
+            typed = typed_table(table_state(partitioned_state, table_id), retyped[table_id])
+            typed.write.mode("overwrite").parquet(str(paths.table_dir(version, table_id)))
 
-    # One Spark job per table: with many small tables the time goes to the driver's planning and scheduling of each
-    # job, so a few run at once (Spark runs concurrent jobs from several threads; the executors' cores are shared).
-    with ThreadPoolExecutor(max_workers=TYPED_WRITES_AT_ONCE) as pool:
-        for done in [pool.submit(write_typed, table_id) for table_id in sorted(retyped)]:
-            done.result()  # the first failure ends the run, as one written in sequence would
-    conflicts = _write_type_conflicts(spark, state, retyped, run_dir / TYPE_CONFLICTS_FOLDER)
-    conflicts.update({table_id: info.get("type_conflicts", 0) for table_id, info in unchanged.items()})
-    counts = {
-        row.table_id: row.asDict()
-        for row in state.groupBy("table_id")
-        .agg(
-            F.sum((~F.col("deleted")).cast("int")).alias("rows"),
-            F.sum(F.col("deleted").cast("int")).alias("tombstones"),
-        )
-        .collect()
-    }
-    tables: dict[str, dict] = {}
-    for table_id, layout in layouts.items():
-        tables[table_id] = {
-            "rows": counts[table_id]["rows"] - conflicts.get(table_id, 0),
-            "tombstones": counts[table_id]["tombstones"],
-            "type_conflicts": conflicts.get(table_id, 0),
-            "key_columns": list(layout.key_columns),
-            "columns": [list(c) for c in layout.columns],
-            "changes_this_run": kinds["changes_by_table"].get(table_id, 0),
-            "typed_in_version": unchanged[table_id]["typed_in_version"] if table_id in unchanged else version,
-            "typed_format": TYPED_TABLE_FORMAT,
+        # One Spark job per table: with many small tables the time goes to the driver's planning and scheduling of
+        # each job, so a few run at once (Spark runs concurrent jobs from several threads; the executors' cores are
+        # shared).
+        with ThreadPoolExecutor(max_workers=TYPED_WRITES_AT_ONCE) as pool:
+            for done in [pool.submit(write_typed, table_id) for table_id in sorted(retyped)]:
+                done.result()  # the first failure ends the run, as one written in sequence would
+        conflicts = _write_type_conflicts(spark, state, retyped, run_dir / TYPE_CONFLICTS_FOLDER)
+        conflicts.update({table_id: info.get("type_conflicts", 0) for table_id, info in unchanged.items()})
+        counts = {
+            row.table_id: row.asDict()
+            for row in state.groupBy("table_id")
+            .agg(
+                F.sum((~F.col("deleted")).cast("int")).alias("rows"),
+                F.sum(F.col("deleted").cast("int")).alias("tombstones"),
+            )
+            .collect()
         }
-    for table_id, row in counts.items():  # tables whose every key is deleted still exist, empty
-        tables.setdefault(table_id, {"rows": 0, "tombstones": row["tombstones"], "key_columns": [], "columns": []})
-    unit = f"tables typed, {len(unchanged)} unchanged tables kept" if unchanged else "tables typed"
-    t = lap("type", t, len(retyped), unit=unit)
+        tables: dict[str, dict] = {}
+        for table_id, layout in layouts.items():
+            tables[table_id] = {
+                "rows": counts[table_id]["rows"] - conflicts.get(table_id, 0),
+                "tombstones": counts[table_id]["tombstones"],
+                "type_conflicts": conflicts.get(table_id, 0),
+                "key_columns": list(layout.key_columns),
+                "columns": [list(c) for c in layout.columns],
+                "changes_this_run": kinds["changes_by_table"].get(table_id, 0),
+                "typed_in_version": unchanged[table_id]["typed_in_version"] if table_id in unchanged else version,
+                "typed_format": TYPED_TABLE_FORMAT,
+            }
+        for table_id, row in counts.items():  # tables whose every key is deleted still exist, empty
+            tables.setdefault(table_id, {"rows": 0, "tombstones": row["tombstones"], "key_columns": [], "columns": []})
+        unit = f"tables typed, {len(unchanged)} unchanged tables kept" if unchanged else "tables typed"
+        t = lap("type", t, len(retyped), unit=unit)
 
     # -- audit before publish: a table that fails its suite is never published; readers keep the previous version --
     audit = _audit_tables(spark, paths, version, retyped, run_dir)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import reduce
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from cdcreplay.compaction import event_order
@@ -25,36 +26,65 @@ class TableLayout:
 
 
 def table_layouts(state: DataFrame) -> dict[str, TableLayout]:
-    """Columns and types per table: the latest declaration of each column wins; undeclared columns are strings."""
+    """Columns and types per table: the latest declaration of each column wins; undeclared columns are strings.
+
+    One narrow aggregation: the live rows of a table share a handful of (declared types, carried columns, key)
+    patterns -- one per schema version -- so they are grouped by pattern with each pattern's newest event, and the
+    patterns are folded on the driver from oldest to newest. The newest declaration of a column is the one of the
+    newest pattern that declares it (every row of a pattern declares the same columns).
+    """
     live = state.where(~F.col("deleted"))
-    declared = (
-        live.select("table_id", event_order().alias("order"), F.explode("column_types").alias("column", "type"))
-        .groupBy("table_id", "column")
-        .agg(F.max_by("type", "order").alias("type"))
-    )
-    carried = live.select("table_id", F.explode(F.map_keys("after")).alias("column")).distinct()
-    columns = (
-        carried.join(declared, ["table_id", "column"], "full")
-        .select("table_id", "column", F.coalesce("type", F.lit("string")).alias("type"))
-        .collect()
-    )
-    keys = live.groupBy("table_id").agg(F.max_by("key_columns", event_order()).alias("key_columns")).collect()
-    by_table: dict[str, dict[str, str]] = {}
-    for row in columns:
-        by_table.setdefault(row.table_id, {})[row.column] = row.type
+    patterns = live.groupBy(
+        "table_id",
+        F.map_entries("column_types").alias("declared"),
+        F.map_keys("after").alias("carried"),
+        "key_columns",
+    ).agg(F.max(event_order()).alias("newest"))
+    newest_first = Window.partitionBy("table_id").orderBy(F.col("newest").desc())
+    ranked = patterns.select(
+        "table_id", "declared", "carried", "key_columns", F.row_number().over(newest_first).alias("rank")
+    ).collect()
+    types: dict[str, dict[str, str]] = {}
+    keys: dict[str, tuple[str, ...]] = {}
+    for row in sorted(ranked, key=lambda r: (r.table_id, -r.rank)):  # each table's oldest pattern first
+        table_types = types.setdefault(row.table_id, {})
+        for column in row.carried or ():
+            table_types.setdefault(column, "string")
+        for entry in row.declared or ():
+            table_types[entry.key] = entry.value
+        if row.rank == 1:
+            keys[row.table_id] = tuple(row.key_columns)
     layouts = {}
-    for row in keys:
-        types = by_table.get(row.table_id, {})
-        key_columns = tuple(row.key_columns)
-        ordered = [(c, types.get(c, "string")) for c in key_columns] + [
-            (c, t) for c, t in sorted(types.items()) if c not in key_columns
+    for table_id, key_columns in keys.items():
+        table_types = types[table_id]
+        ordered = [(c, table_types.get(c, "string")) for c in key_columns] + [
+            (c, t) for c, t in sorted(table_types.items()) if c not in key_columns
         ]
-        layouts[row.table_id] = TableLayout(row.table_id, key_columns, tuple(ordered))
+        layouts[table_id] = TableLayout(table_id, key_columns, tuple(ordered))
     return layouts
 
 
 def _live_rows(state: DataFrame, layout: TableLayout) -> DataFrame:
     return state.where((F.col("table_id") == layout.table_id) & ~F.col("deleted"))
+
+
+def _conflicts(layout: TableLayout) -> list[tuple[str, Column]]:
+    """Per column of the layout: whether a row's stored (non-NULL) value does not convert to the column's type."""
+    after = F.col("after")
+    return [
+        (name, after[name].isNotNull() & typed_value(after, name, spark_type).isNull())
+        for name, spark_type in layout.columns
+    ]
+
+
+def has_type_conflict(layout: TableLayout) -> Column:
+    """Whether a state row has a column whose stored value does not fit (see :func:`conflicting_columns`).
+
+    A plain OR of the per-column checks: Spark compiles it, where the array of ``conflicting_columns`` needs an
+    interpreted lambda (``array_compact``) per row. Every live row is checked; almost none conflict.
+    """
+    checks = [check for _, check in _conflicts(layout)]
+    return reduce(lambda left, right: left | right, checks) if checks else F.lit(False)
 
 
 def conflicting_columns(layout: TableLayout) -> Column:
@@ -64,11 +94,7 @@ def conflicting_columns(layout: TableLayout) -> Column:
     holds its old text. A widening (int -> bigint, varchar(8) -> text, decimal(5,2) -> decimal(12,2)) reads every old
     value; a change no old value survives (text 'abc' in a column now int) is a conflict.
     """
-    after = F.col("after")
-    flags = [
-        F.when(after[name].isNotNull() & typed_value(after, name, spark_type).isNull(), F.lit(name))
-        for name, spark_type in layout.columns
-    ]
+    flags = [F.when(check, F.lit(name)) for name, check in _conflicts(layout)]
     return F.array_compact(F.array(*flags)) if flags else F.array().cast("array<string>")
 
 
@@ -77,7 +103,7 @@ def typed_table(state: DataFrame, layout: TableLayout) -> DataFrame:
 
     Rows with a type conflict (``conflicting_columns``) are held back: see ``type_conflicts``.
     """
-    live = _live_rows(state, layout).where(F.size(conflicting_columns(layout)) == 0)
+    live = _live_rows(state, layout).where(~has_type_conflict(layout))
     return live.select(
         *[typed_value(F.col("after"), name, spark_type) for name, spark_type in layout.columns],
         F.col("op").alias("_op"),
@@ -101,6 +127,9 @@ def type_conflicts(state: DataFrame, layouts: dict[str, TableLayout]) -> DataFra
     build and analyse a union of hundreds of plans, which cost more than the scan itself.
     """
     tables = sorted(layouts.items())
+    conflicting = F.coalesce(
+        *[F.when(F.col("table_id") == table_id, has_type_conflict(layout)) for table_id, layout in tables]
+    )
     columns = F.coalesce(
         *[F.when(F.col("table_id") == table_id, conflicting_columns(layout)) for table_id, layout in tables]
     )
@@ -113,8 +142,9 @@ def type_conflicts(state: DataFrame, layouts: dict[str, TableLayout]) -> DataFra
         ]
     )
     live = state.where(F.col("table_id").isin([table_id for table_id, _ in tables]) & ~F.col("deleted"))
-    conflicts = live.withColumn("columns", columns)
-    return conflicts.where(F.size("columns") > 0).select(
+    # The compiled check finds the few conflicting rows; only they get the list of their columns.
+    conflicts = live.where(conflicting).withColumn("columns", columns)
+    return conflicts.select(
         "table_id",
         "key",
         "columns",
@@ -145,4 +175,5 @@ def type_conflicts(state: DataFrame, layouts: dict[str, TableLayout]) -> DataFra
 
 
 def position_text(position: Column) -> Column:
-    return F.array_join(F.transform(position, lambda p: p.cast("string")), ":")
+    """A source position as text, its parts joined by ":" (a cast of the whole array: no per-element lambda)."""
+    return F.array_join(position.cast("array<string>"), ":")
