@@ -163,9 +163,8 @@ def merge_with_state(
     A key no change of this run names, in a table this run did not truncate, keeps its state row as it is: the
     latest event of such a key is its stored row, so only the keys the changes name (and every key of a truncated
     table) are merged. With ``change_count`` (the run's changelog rows) at most :data:`CARRY_OVER_MAX_CHANGES`, the
-    rest of the state is carried over past a broadcast join instead of being shuffled and sorted with the changes --
-    a nightly run onto a large state then costs a scan and a write of it, not a sort. Either way the result is the
-    one compacting the whole history gives.
+    rest of the state is carried over past a broadcast join instead of being shuffled and sorted with the changes
+    (it is still written whole by the caller). Either way the result is the one compacting the whole history gives.
     """
     if previous_state is None:
         return latest_rows(changes)
