@@ -16,6 +16,17 @@ from cdcreplay.benchmark import main
         (["--reconcile-rows", "500"], "--reconcile-rows must be 0 (off) or at least 1000"),
         (["--reconcile-rows", "-1"], "--reconcile-rows must be 0 (off) or at least 1000"),
         (["--formats", "none"], "nothing to measure: give --formats, --reconcile-rows or both"),
+        (["--nightly-events", "200000"], "--nightly-events and --full-rebuild-from apply to the nightly run: add"),
+        (["--full-rebuild-from", "r.json"], "--nightly-events and --full-rebuild-from apply to the nightly run: add"),
+        (["--incremental", "--nightly-events", "0"], "--nightly-events must be at least 1"),
+        (
+            ["--incremental", "--full-rebuild-from", "r.json"],
+            "--full-rebuild-from takes the full rebuild of one format: give exactly one in --formats",
+        ),
+        (
+            ["--incremental", "--formats", "canal-json", "--full-rebuild-from", "/nonexistent/result.json"],
+            "--full-rebuild-from: cannot read /nonexistent/result.json: ",
+        ),
     ],
 )
 def test_bad_arguments_are_refused_with_a_message(argv, message, capsys, tmp_path):

@@ -3,6 +3,8 @@ a small measured run reports the records the simulator wrote, the issue's target
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from cdcreplay.benchmark import (
@@ -10,7 +12,9 @@ from cdcreplay.benchmark import (
     PYTHON_TARGET_EVENTS_PER_S,
     _archive,
     _config,
+    earlier_full_rebuild,
     measure,
+    measure_incremental,
     render,
 )
 from cdcreplay.config import load_config
@@ -61,3 +65,43 @@ def test_a_measured_run_reports_what_the_job_did(spark, tmp_path, fmt, target, h
     table = render([result])
     assert fmt in table.splitlines()[2]
     assert "x target" in table.splitlines()[0]
+
+
+def test_a_nightly_run_of_the_newest_records_publishes_what_the_full_rebuild_did(spark, tmp_path):
+    """`--incremental --nightly-events N`: the state is built from all but the newest ~N records, the nightly run
+    replays those onto it, and its tables are compared with the full rebuild's. `--full-rebuild-from` takes that full
+    rebuild from an earlier result file instead of running it again."""
+    events = 400
+    full = measure(spark, tmp_path, "canal-json", events, reconcile=False)
+    result_file = tmp_path / "result-earlier.json"
+    result_file.write_text(json.dumps({"results": [full]}))
+    earlier = earlier_full_rebuild(result_file, "canal-json", events)
+    assert earlier == {**full, "full_rebuild_from": str(result_file)}
+
+    incremental = measure_incremental(spark, tmp_path, "canal-json", events, earlier, nightly_events=50)
+
+    assert incremental["identical_to_full_rebuild"], incremental["differing_tables"]
+    # records sharing the cut's Kafka timestamp all go to the nightly run, so it may take a few more than asked
+    assert 50 <= incremental["nightly_records"] < 70
+    assert incremental["state_records_before"] + incremental["nightly_records"] == full["records"]
+    assert incremental["state_keys_before"] > 0
+    assert incremental["speedup_vs_full"] == round(full["seconds"] / incremental["nightly_s"], 2)
+
+
+def test_an_earlier_full_rebuild_is_refused_when_it_does_not_match_or_its_tables_are_gone(tmp_path):
+    table = tmp_path / "warehouse" / "shop.orders"
+    table.mkdir(parents=True)
+    result = {"format": "canal-json", "row_events": 400, "table_paths": {"shop.orders": str(table)}}
+    result_file = tmp_path / "result-earlier.json"
+    result_file.write_text(json.dumps({"results": [result]}))
+
+    with pytest.raises(ValueError, match="has no full rebuild of canal-json at 2,000 row events; give --formats and"):
+        earlier_full_rebuild(result_file, "canal-json", 2000)
+    with pytest.raises(ValueError, match="has no full rebuild of debezium-json at 400 row events"):
+        earlier_full_rebuild(result_file, "debezium-json", 400)
+    table.rmdir()
+    with pytest.raises(ValueError, match=r"the tables of that full rebuild are gone \(.*shop.orders\); run without"):
+        earlier_full_rebuild(result_file, "canal-json", 400)
+    result_file.write_text("{not json")
+    with pytest.raises(ValueError, match=r"--full-rebuild-from: cannot read .*result-earlier\.json: "):
+        earlier_full_rebuild(result_file, "canal-json", 400)

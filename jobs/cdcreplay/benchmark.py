@@ -1,7 +1,8 @@
 """Throughput of the real replay job on simulated archives: events/s per format and stage, against the reference.
 
 cdcreplay benchmark [--events 2000000] [--formats debezium-json,canal-json|all|none] [--master local[2]] [--reconcile]
-                   [--incremental] [--reconcile-rows 5000000]
+                   [--incremental [--nightly-events 200000] [--full-rebuild-from result.json]]
+                   [--reconcile-rows 5000000]
 
 For each format: the simulator writes a Parquet archive of ``--events`` row events (kept under ``--work`` and reused
 while the parameters are unchanged), then the same ``run_pipeline`` the Spark job runs does a full rebuild: read
@@ -133,17 +134,55 @@ def measure(spark, work: Path, fmt: str, events: int, reconcile: bool) -> dict:
     return result
 
 
-# The nightly run of the incremental measurement replays the newest tenth of the archive (by Kafka timestamp).
+# Unless --nightly-events says otherwise, the nightly run of the incremental measurement replays the newest tenth of
+# the archive (by Kafka timestamp).
 NIGHTLY_SHARE = 0.1
 
 
-def measure_incremental(spark, work: Path, fmt: str, events: int, full: dict) -> dict:
-    """A nightly run (the newest tenth of the archive) onto the state built from the rest, against ``full``.
+def earlier_full_rebuild(result_file: Path, fmt: str, events: int) -> dict:
+    """The full rebuild of ``fmt`` at ``events`` row events measured in an earlier result file, to compare a nightly
+    run with instead of running the full rebuild again (at 20M events it takes most of an hour). Its published tables
+    must still be there: the nightly run's tables are compared with them."""
+    try:
+        document = json.loads(result_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise ValueError(f"--full-rebuild-from: cannot read {result_file}: {error}") from None
+    for result in document.get("results") or []:
+        if result.get("format") == fmt and result.get("row_events") == events:
+            missing = [path for path in result["table_paths"].values() if not Path(path).is_dir()]
+            if missing:
+                raise ValueError(
+                    f"--full-rebuild-from: the tables of that full rebuild are gone ({missing[0]}); "
+                    "run without --full-rebuild-from to measure it again"
+                )
+            return {**result, "full_rebuild_from": str(result_file)}
+    raise ValueError(
+        f"--full-rebuild-from: {result_file} has no full rebuild of {fmt} at {events:,} row events; "
+        "give --formats and --events as in that run"
+    )
+
+
+def nightly_cut(raw, nightly_events: int | None):
+    """The Kafka timestamp that starts the nightly run: the newest ``nightly_events`` records (about: records with
+    the cut's own timestamp all fall on the nightly side), or the newest tenth of the archive."""
+    from pyspark.sql import functions as F
+
+    share = NIGHTLY_SHARE
+    if nightly_events:
+        share = min(1.0, nightly_events / max(1, raw.count()))
+    # accuracy 1/100,000 of the archive: within 200 records of the wanted count at 20M records
+    cut = raw.agg(F.percentile_approx("timestamp", 1 - share, 100_000)).first()[0]
+    return cut if cut.tzinfo else cut.replace(tzinfo=UTC)
+
+
+def measure_incremental(
+    spark, work: Path, fmt: str, events: int, full: dict, nightly_events: int | None = None
+) -> dict:
+    """A nightly run (the newest ``nightly_events`` records, or the newest tenth of the archive) onto the state built
+    from the rest, against ``full``.
 
     The tables it publishes must equal the full rebuild's ones, provenance included (compared with Spark).
     """
-    from pyspark.sql import functions as F
-
     from cdcreplay import archive as archive_files
     from cdcreplay.config import load_config
     from cdcreplay.pipeline import run_pipeline
@@ -153,8 +192,7 @@ def measure_incremental(spark, work: Path, fmt: str, events: int, full: dict) ->
     config = load_config(_config(work, fmt, archive, warehouse="warehouse-incremental"))
     pipeline = config.project.pipelines[0]
     raw = archive_files.read_archive(spark, archive_files.archive_files(str(archive), "parquet"), "parquet")
-    cut = raw.agg(F.percentile_approx("timestamp", 1 - NIGHTLY_SHARE)).first()[0]
-    cut_text = (cut if cut.tzinfo else cut.replace(tzinfo=UTC)).isoformat()
+    cut_text = nightly_cut(raw, nightly_events).isoformat()
     history = run_pipeline(
         spark, config, pipeline, build_run_spec(config, run_id="history", end=cut_text, full_rebuild=True)
     )
@@ -169,6 +207,8 @@ def measure_incremental(spark, work: Path, fmt: str, events: int, full: dict) ->
     ] + [table for table in full["table_paths"] if table not in nightly["tables"]]
     return {
         "state_records_before": history["distinct_records"],
+        # the keys the nightly run merges into: live rows and the tombstones of deleted keys
+        "state_keys_before": sum(info["rows"] + info["tombstones"] for info in history["tables"].values()),
         "nightly_records": nightly["distinct_records"],
         "nightly_s": round(elapsed, 2),
         "full_rebuild_s": full["seconds"],
@@ -273,6 +313,17 @@ def main(argv: list[str] | None = None) -> int:
         "--incremental", action="store_true", help="also time a nightly run (newest tenth) against the full rebuild"
     )
     parser.add_argument(
+        "--nightly-events",
+        type=int,
+        help="with --incremental: the nightly run replays the newest this many records instead of the newest tenth",
+    )
+    parser.add_argument(
+        "--full-rebuild-from",
+        type=Path,
+        help="with --incremental and one format: take the full rebuild from this earlier result file (same --events) "
+        "instead of running it again",
+    )
+    parser.add_argument(
         "--reconcile-rows",
         type=int,
         default=0,
@@ -302,6 +353,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--reconcile-rows must be 0 (off) or at least 1000")
     if not formats and not args.reconcile_rows:
         parser.error("nothing to measure: give --formats, --reconcile-rows or both")
+    if (args.nightly_events is not None or args.full_rebuild_from) and not args.incremental:
+        parser.error("--nightly-events and --full-rebuild-from apply to the nightly run: add --incremental")
+    if args.nightly_events is not None and args.nightly_events < 1:
+        parser.error("--nightly-events must be at least 1")
+    if args.full_rebuild_from:
+        if len(formats) != 1:
+            parser.error("--full-rebuild-from takes the full rebuild of one format: give exactly one in --formats")
+        try:
+            earlier = earlier_full_rebuild(args.full_rebuild_from, formats[0], args.events)
+        except ValueError as error:
+            parser.error(str(error))
 
     from cdcreplay.spark import build_session
 
@@ -317,15 +379,20 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for fmt in formats:
         print(f"{fmt}: {args.events:,} row events", flush=True)
-        results.append(measure(spark, args.work, fmt, args.events, args.reconcile))
+        if args.full_rebuild_from:
+            results.append(earlier)
+            print(f"  full rebuild taken from {args.full_rebuild_from}", flush=True)
+        else:
+            results.append(measure(spark, args.work, fmt, args.events, args.reconcile))
         print(f"  {results[-1]['events_per_s']:,} events/s in {results[-1]['seconds']:.1f}s", flush=True)
         if args.incremental:
             results[-1]["incremental"] = incremental = measure_incremental(
-                spark, args.work, fmt, args.events, results[-1]
+                spark, args.work, fmt, args.events, results[-1], args.nightly_events
             )
             print(
                 f"  nightly run of {incremental['nightly_records']:,} records onto a state of "
-                f"{incremental['state_records_before']:,}: {incremental['nightly_s']:.1f}s, "
+                f"{incremental['state_keys_before']:,} keys (built from {incremental['state_records_before']:,} "
+                f"records): {incremental['nightly_s']:.1f}s, "
                 f"{incremental['speedup_vs_full']}x faster than the full rebuild, "
                 + (
                     "identical tables"
