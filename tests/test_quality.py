@@ -90,6 +90,42 @@ def test_diff_suite_fails_on_a_mismatch_and_names_the_expectation(spark, tmp_pat
     assert (tmp_path / "docs" / "index.html").is_file()
 
 
+def test_failing_values_from_a_sample_are_not_shown_as_totals(spark, tmp_path):
+    # GX lists the values of the first 20 failing rows only: with 25 failing rows the figures are a sample's.
+    df = diff_frame(spark, [(f'["{n}"]', "mismatch" if n % 5 else "missing_in_snapshot") for n in range(25)])
+    result = quality.run_suite(df, "reconciliation_diff")
+    [line] = result.failed
+    assert line.startswith("expect_column_values_to_be_in_set(column=status): 25 unexpected of 25 (in a sample of 20: ")
+    sampled = dict(part.split(": ") for part in line.split("in a sample of 20: ")[1].rstrip(")").split(", "))
+    assert set(sampled) <= {"mismatch", "missing_in_snapshot"} and sum(map(int, sampled.values())) == 20
+
+
+def test_a_suite_validates_only_the_columns_it_reads(spark):
+    diff_suite = quality.render_expectations(quality.load_suite_config("reconciliation_diff"))
+    assert quality.columns_read(diff_suite) == ["status", "key", "table_id", "epoch_no"]
+    df = diff_frame(spark, [('["1"]', "match")])
+    assert quality._narrowed(df, diff_suite).columns == ["status", "key", "table_id", "epoch_no"]
+
+    pair = {"type": "expect_column_pair_values_to_be_equal", "kwargs": {"column_A": "a.b", "column_B": "c`d"}}
+    assert quality.columns_read([pair]) == ["a.b", "c`d"]
+    hostile = spark.createDataFrame([(1, 2, 3)], "`a.b` int, `c``d` int, e int")
+    assert quality._narrowed(hostile, [pair]).collect() == [(1, 2)]  # names with dots and backticks kept whole
+
+    # Whatever may read other columns keeps the whole frame: table-level expectations, row conditions, and
+    # expectations that name no column (or a column the frame lacks: GX reports that in its own words).
+    table_level = {"type": "expect_table_column_count_to_equal", "kwargs": {"value": 14}}
+    conditional = {
+        "type": "expect_column_values_to_not_be_null",
+        "kwargs": {"column": "key", "row_condition": 'col("status")=="match"', "condition_parser": "spark"},
+    }
+    nameless = {"type": "expect_column_values_to_be_custom", "kwargs": {}}
+    for suite in ([*diff_suite, table_level], [conditional], [nameless]):
+        assert quality.columns_read(suite) is None
+        assert quality._narrowed(df, suite).columns == df.columns
+    absent = [{"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "absent"}}]
+    assert quality._narrowed(df, absent).columns == df.columns
+
+
 def test_latest_state_suite_per_table(spark, tmp_path):
     docs = tmp_path / "docs"
     good = spark.createDataFrame([("a", 1, "x"), ("a", 2, "y"), ("b", 1, "z")], "tenant string, id int, v string")

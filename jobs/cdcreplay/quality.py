@@ -35,6 +35,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cdcreplay.spark import limits_use_every_core
+
 SUITE_RECONCILIATION_DIFF = "reconciliation_diff"
 SUITE_LATEST_STATE = "latest_state"
 _PARAMETER = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
@@ -230,7 +232,11 @@ def _describe_failure(kind: str, kwargs: dict, result: dict, exception: dict | N
     text = f"{head}: {unexpected} unexpected of {result.get('element_count')}"
     counts = [item for item in result.get("partial_unexpected_counts") or [] if item.get("value") is not None]
     if counts:
-        text += " (" + ", ".join(f"{_value_text(item['value'])}: {item['count']}" for item in counts[:10]) + ")"
+        listed = ", ".join(f"{_value_text(item['value'])}: {item['count']}" for item in counts[:10])
+        # GX counts the values of its sample of failing rows (the first 20 it meets, in no set order), not of all of
+        # them: say so when the sample is not all of them, so the figures are not read as totals.
+        sampled = sum(int(item.get("count") or 0) for item in result.get("partial_unexpected_counts") or [])
+        text += f" ({listed})" if sampled >= unexpected else f" (in a sample of {sampled}: {listed})"
     return text
 
 
@@ -273,17 +279,20 @@ class SuiteRunner:
 
         config = load_suite_config(suite_name, self.expectations_dir)
         label = _unique(_safe(suite_label or suite_name), self._labels)
-        suite = self.context.suites.add_or_update(_build_suite(label, config, render_expectations(config, parameters)))
+        expectations = render_expectations(config, parameters)
+        suite = self.context.suites.add_or_update(_build_suite(label, config, expectations))
+        df = _narrowed(df, expectations)
         asset = self.source.add_dataframe_asset(_unique(_safe(asset_name or label), self._assets))
         batch_definition = asset.add_batch_definition_whole_dataframe("whole_dataframe")
         validation = self.context.validation_definitions.add(
             gx.ValidationDefinition(name=f"{label}-validation", data=batch_definition, suite=suite)
         )
-        outcome = validation.run(
-            batch_parameters={"dataframe": df},
-            result_format={"result_format": "SUMMARY"},
-            run_id=RunIdentifier(run_name=run_name) if run_name else None,
-        )
+        with limits_use_every_core(df.sparkSession):
+            outcome = validation.run(
+                batch_parameters={"dataframe": df},
+                result_format={"result_format": "SUMMARY"},
+                run_id=RunIdentifier(run_name=run_name) if run_name else None,
+            )
         return _summarize(label, outcome)
 
     def build_data_docs(self) -> str | None:
@@ -293,6 +302,42 @@ class SuiteRunner:
         self.context.build_data_docs()
         index = self.docs / "index.html"
         return str(index) if index.exists() else None
+
+
+# kwargs that name the column(s) an expectation reads (GX 1.x column, column-pair and multicolumn expectations).
+_COLUMN_KWARGS = ("column", "column_A", "column_B")
+_COLUMN_LIST_KWARGS = ("column_list",)
+
+
+def columns_read(expectations: list[dict]) -> list[str] | None:
+    """The columns a rendered suite reads, in order of first mention; None when that is not known from the kwargs:
+    a table-level expectation (row count, column names), a ``row_condition`` (it may name any column), or an
+    expectation that names no column."""
+    columns: list[str] = []
+    for expectation in expectations:
+        kwargs = expectation.get("kwargs") or {}
+        if expectation["type"].startswith("expect_table_") or kwargs.get("row_condition"):
+            return None
+        named = [kwargs[k] for k in _COLUMN_KWARGS if k in kwargs]
+        for k in _COLUMN_LIST_KWARGS:
+            named += list(kwargs.get(k) or [])
+        if not named or not all(isinstance(name, str) for name in named):
+            return None
+        columns += [name for name in named if name not in columns]
+    return columns
+
+
+def _narrowed(df, expectations: list[dict]):
+    """``df`` with only the columns the suite reads, when they are known and all present.
+
+    GX caches the frame it validates and every metric query scans it: a wide frame (the reconciliation diff carries
+    images and provenance of both sides) costs more to cache than the suite's checks cost to run. The result is the
+    same: column expectations see the same rows. A missing column is left for GX to report in its own words.
+    """
+    columns = columns_read(expectations)
+    if columns is None or not set(columns) <= set(df.columns) or len(columns) == len(df.columns):
+        return df
+    return df.select(*["`" + name.replace("`", "``") + "`" for name in columns])  # names may hold dots
 
 
 def _unique(name: str, taken: set[str]) -> str:

@@ -49,12 +49,30 @@ def build_session(app_name: str = "cdcreplay", master: str | None = None, extra:
 
 
 @contextmanager
-def vectorized_parquet_reads(spark) -> Iterator[None]:
-    """Spark's vectorized Parquet reader inside the block: about twice as fast over map columns, but it must not feed
-    Python (see SAFE_DEFAULTS). Only for plans with no Python UDF or mapInArrow (the reconciliation)."""
-    previous = spark.conf.get(VECTORIZED_READER)
-    spark.conf.set(VECTORIZED_READER, "true")
+def session_settings(spark, settings: dict[str, str]) -> Iterator[None]:
+    """The SQL ``settings`` inside the block, the session's own values restored after it."""
+    previous = {key: spark.conf.get(key) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
     try:
         yield
     finally:
-        spark.conf.set(VECTORIZED_READER, previous)
+        for key, value in previous.items():
+            spark.conf.set(key, value)
+
+
+def vectorized_parquet_reads(spark):
+    """Spark's vectorized Parquet reader inside the block: about twice as fast over map columns, but it must not feed
+    Python (see SAFE_DEFAULTS). Only for plans with no Python UDF or mapInArrow (the reconciliation)."""
+    return session_settings(spark, {VECTORIZED_READER: "true"})
+
+
+def limits_use_every_core(spark):
+    """Inside the block, ``limit(n)`` scans as many partitions at once as there are cores, instead of one.
+
+    A limit that finds fewer rows than it wants goes on scanning, one wave of partitions after another, starting with
+    one. GX's sample of failing rows is such a limit, and a passing check has no failing rows: with the default it
+    scanned a whole uniqueness check's partitions one by one, on one core.
+    """
+    parallelism = spark.sparkContext.defaultParallelism
+    return session_settings(spark, {"spark.sql.limit.initialNumPartitions": str(max(1, parallelism))})
