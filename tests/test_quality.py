@@ -126,6 +126,24 @@ def test_a_suite_validates_only_the_columns_it_reads(spark):
     assert quality._narrowed(df, absent).columns == df.columns
 
 
+def test_store_files_a_killed_run_left_half_written_are_written_again(spark, tmp_path):
+    # GX writes its store files in place: SIGKILL in the middle of a write leaves one empty or cut short, and a re-run
+    # of the same run id validates into the same folder.
+    docs = tmp_path / "docs"
+    df = diff_frame(spark, [('["1"]', "match")])
+    quality.run_suite(df, "reconciliation_diff", data_docs_dir=docs)
+    [suite_file] = (docs / "_gx" / "expectations").rglob("*.json")
+    [result_file] = (docs / "_gx" / "validations").rglob("*.json")
+    suite_file.write_text("")
+    result_file.write_text('{"success": tr')
+
+    again = quality.run_suite(df, "reconciliation_diff", data_docs_dir=docs)
+    assert again.success is True
+    assert json.loads(suite_file.read_text())["name"] == "reconciliation_diff"
+    assert not result_file.exists() or json.loads(result_file.read_text())
+    assert (docs / "index.html").is_file()
+
+
 def test_latest_state_suite_per_table(spark, tmp_path):
     docs = tmp_path / "docs"
     good = spark.createDataFrame([("a", 1, "x"), ("a", 2, "y"), ("b", 1, "z")], "tenant string, id int, v string")

@@ -177,6 +177,7 @@ def _context(data_docs_dir: Path | None):
     )
     if data_docs_dir is not None:
         store_root = Path(data_docs_dir) / "_gx"
+        _drop_half_written_store_files(store_root)
         for store_name, folder in (
             (config.expectations_store_name, "expectations"),
             (config.validation_results_store_name, "validations"),
@@ -193,6 +194,22 @@ def _context(data_docs_dir: Path | None):
             }
         }
     return gx.get_context(mode="ephemeral", project_config=config)
+
+
+def _drop_half_written_store_files(store_root: Path) -> None:
+    """Remove the store files (suites, validation results) that a killed run left empty or cut short.
+
+    GX writes a store file in place, not through a temporary file: a run killed by SIGKILL (or a lost node) in the
+    middle of a write leaves it half written, and every later validation into the same folder -- the re-run of that
+    run id -- then fails reading it. A store file only records what a validation wrote; the next one writes it again.
+    """
+    for path in store_root.rglob("*.json") if store_root.is_dir() else ():
+        try:
+            document = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            document = None
+        if not isinstance(document, dict):
+            path.unlink(missing_ok=True)
 
 
 def _build_suite(name: str, config: dict, expectations: list[dict]):
