@@ -27,6 +27,24 @@ from cdcreplay.benchmark import main
             ["--incremental", "--formats", "canal-json", "--full-rebuild-from", "/nonexistent/result.json"],
             "--full-rebuild-from: cannot read /nonexistent/result.json: ",
         ),
+        (["--state-keys", "5000000"], "--state-keys sets up the nightly run's state: add --incremental"),
+        (
+            ["--incremental", "--state-keys", "5000000", "--full-rebuild-from", "r.json"],
+            "--state-keys runs the full rebuild of its own archive: leave out --full-rebuild-from",
+        ),
+        (
+            ["--incremental", "--state-keys", "5000000", "--formats", "canal-json"],
+            "--state-keys writes a dts-shareplex-json archive: leave out --formats (or give dts-shareplex-json)",
+        ),
+        (
+            ["--incremental", "--state-keys", "5000000", "--events", "2000000"],
+            "--events does not go with --state-keys: its archive is the state's keys plus the night's changes",
+        ),
+        (
+            ["--incremental", "--state-keys", "100000"],
+            "--state-keys must be at least --nightly-events (200,000): each night record changes a key of its own",
+        ),
+        (["--incremental", "--state-keys", "1000", "--nightly-events", "0"], "--nightly-events must be at least 1"),
     ],
 )
 def test_bad_arguments_are_refused_with_a_message(argv, message, capsys, tmp_path):

@@ -6,19 +6,23 @@ from __future__ import annotations
 import json
 
 import pytest
+from pyspark.sql import functions as F
 
+from cdcreplay import benchmark_keyed
 from cdcreplay.benchmark import (
     JSON_TARGET_EVENTS_PER_S,
     PYTHON_TARGET_EVENTS_PER_S,
-    _archive,
+    ArchiveSource,
     _config,
     earlier_full_rebuild,
     measure,
     measure_incremental,
     render,
+    simulated,
 )
 from cdcreplay.config import load_config
 from cdcreplay.simulator.encoders import FORMATS
+from cdcreplay.warehouse import read_table
 
 EVENTS = 60
 
@@ -26,16 +30,15 @@ EVENTS = 60
 def test_every_simulated_format_gets_an_archive_and_a_config_its_reader_accepts(tmp_path):
     assert len(FORMATS) == 12  # `--formats all`: every format but drs-dds-json, which the simulator does not write
     for fmt in FORMATS:
-        archive = _archive(tmp_path, fmt, EVENTS)
-        pipeline = load_config(_config(tmp_path, fmt, archive)).project.pipelines[0]
+        source = simulated(tmp_path, fmt, EVENTS)
+        assert source.path == tmp_path / "archives" / f"{fmt}-{EVENTS}"
+        pipeline = load_config(_config(tmp_path, fmt, source)).project.pipelines[0]
         assert pipeline.format == fmt
-        assert pipeline.archive.path == str(archive)
+        assert pipeline.archive.path == str(source.path)
     # The formats whose messages lack what a reader needs get it from the simulator's settings.
-    avro = load_config(_config(tmp_path, "dts-avro", tmp_path / "archives" / f"dts-avro-{EVENTS}"))
+    avro = load_config(_config(tmp_path, "dts-avro", simulated(tmp_path, "dts-avro", EVENTS)))
     assert avro.project.pipelines[0].options["writer_schema"].endswith(".avsc")
-    shareplex = load_config(
-        _config(tmp_path, "dts-shareplex-json", tmp_path / "archives" / f"dts-shareplex-json-{EVENTS}")
-    )
+    shareplex = load_config(_config(tmp_path, "dts-shareplex-json", simulated(tmp_path, "dts-shareplex-json", EVENTS)))
     assert all(table.primary_key for table in shareplex.project.pipelines[0].tables.values())
 
 
@@ -99,9 +102,69 @@ def test_an_earlier_full_rebuild_is_refused_when_it_does_not_match_or_its_tables
         earlier_full_rebuild(result_file, "canal-json", 2000)
     with pytest.raises(ValueError, match="has no full rebuild of debezium-json at 400 row events"):
         earlier_full_rebuild(result_file, "debezium-json", 400)
+    # A --state-keys archive's rebuild is not the simulator's archive of the same format and size.
+    keyed = {**result, "format": "dts-shareplex-json", "pipeline": "bench_keyed_dts_shareplex_json"}
+    keyed_file = tmp_path / "result-keyed.json"
+    keyed_file.write_text(json.dumps({"results": [keyed]}))
+    with pytest.raises(ValueError, match="has no full rebuild of dts-shareplex-json at 400 row events"):
+        earlier_full_rebuild(keyed_file, "dts-shareplex-json", 400)
     table.rmdir()
     with pytest.raises(ValueError, match=r"the tables of that full rebuild are gone \(.*shop.orders\); run without"):
         earlier_full_rebuild(result_file, "canal-json", 400)
     result_file.write_text("{not json")
     with pytest.raises(ValueError, match=r"--full-rebuild-from: cannot read .*result-earlier\.json: "):
         earlier_full_rebuild(result_file, "canal-json", 400)
+
+
+def test_a_night_onto_a_state_of_given_keys_publishes_what_the_full_rebuild_did(spark, tmp_path):
+    """`--incremental --state-keys N`: Spark writes a Shareplex archive of N keys loaded and one night of changes, each
+    on its own key; the nightly run onto the loaded state publishes what the full rebuild of the archive does."""
+    keys, nightly = 2_000, 200
+    archive = benchmark_keyed.keyed_archive(spark, tmp_path, keys, nightly)
+    raw = spark.read.parquet(str(archive)).orderBy("offset")
+    assert raw.count() == keys + nightly
+    # As DTS writes them: an insert carries the whole row, an update only the changed columns in `data` and the key
+    # and the changed columns' old values in `key`, a delete the whole row; one transaction per record.
+    messages = {
+        row.offset: json.loads(row.value)
+        for row in raw.where(F.col("offset").isin(1, keys, keys + 1, keys + 2)).collect()
+    }
+    assert messages[1] == {
+        "meta": {
+            **messages[1]["meta"],
+            "op": "ins",
+            "scn": str(benchmark_keyed.FIRST_SCN + 1),
+            "trans": "0.0.1",
+            "seq": 1,
+            "size": 1,
+            "table": "bench.items",
+            "idx": "1/1",
+        },
+        "data": {"id": "1", "name": "item 1", "amount": "80.19", "note": "n1"},
+    }
+    assert messages[keys]["meta"]["op"] == "del" and messages[keys]["data"]["id"] == "0"
+    assert messages[keys + 1]["meta"]["op"] == "ins" and messages[keys + 1]["data"]["id"] == str(keys + 1)
+    updated = messages[keys + 2]
+    assert (updated["meta"]["op"], updated["data"], updated["key"]) == (
+        "upd",
+        {"amount": "1585.80", "note": "changed at night"},
+        {"id": "20", "amount": "1584.80", "note": "n20"},
+    )
+
+    source = ArchiveSource(archive, benchmark_keyed.pipeline_settings(), "bench_keyed")
+    full = measure(spark, tmp_path, "dts-shareplex-json", keys + nightly, reconcile=False, source=source)
+    assert (full["records"], full["quarantined"], full["pipeline"]) == (keys + nightly, 0, "bench_keyed")
+    assert full["tables"] == {"bench.items": keys}  # 20 keys deleted, 20 new ones inserted
+    table = read_table(spark, str(tmp_path / "warehouse"), "bench_keyed", "bench.items")
+    night = table.where(F.col("note") == "changed at night")
+    assert night.count() == 160  # every update completed from the stored row: name kept, amount + 1
+    assert night.where(F.col("name") != F.concat(F.lit("item "), F.col("id").cast("string"))).count() == 0
+
+    incremental = measure_incremental(
+        spark, tmp_path, "dts-shareplex-json", keys + nightly, full, nightly_events=nightly, source=source
+    )
+    assert incremental["identical_to_full_rebuild"], incremental["differing_tables"]
+    # the cut is a percentile of the Kafka timestamps: the last loaded record may fall on the nightly side
+    assert incremental["nightly_records"] in (nightly, nightly + 1)
+    assert incremental["state_records_before"] + incremental["nightly_records"] == keys + nightly
+    assert incremental["state_keys_before"] == incremental["state_records_before"]  # one key per loaded record

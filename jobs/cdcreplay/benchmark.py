@@ -1,7 +1,7 @@
 """Throughput of the real replay job on simulated archives: events/s per format and stage, against the reference.
 
 cdcreplay benchmark [--events 2000000] [--formats debezium-json,canal-json|all|none] [--master local[2]] [--reconcile]
-                   [--incremental [--nightly-events 200000] [--full-rebuild-from result.json]]
+                   [--incremental [--nightly-events 200000] [--full-rebuild-from result.json | --state-keys 5000000]]
                    [--reconcile-rows 5000000]
 
 For each format: the simulator writes a Parquet archive of ``--events`` row events (kept under ``--work`` and reused
@@ -10,7 +10,8 @@ while the parameters are unchanged), then the same ``run_pipeline`` the Spark jo
 The reference is the hand-written Spark job of shared/environment.md (Debezium JSON, 2M events, 2 cores):
 196,000 events/s; DuckDB did the same at ~1,000,000 events/s. A JSON result file is written for comparisons.
 ``--reconcile-rows N`` also times the reconciliation of an N-row snapshot against an N-row state
-(``benchmark_reconcile``).
+(``benchmark_reconcile``). ``--incremental --state-keys N`` measures a nightly run onto a state of N keys on an
+archive Spark writes instead of the simulator (``benchmark_keyed``).
 
 Not part of the test run: timings on a shared 2-core machine are noisy, so they are measured here, not asserted.
 """
@@ -25,10 +26,12 @@ import resource
 import shutil
 import threading
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from cdcreplay.airflow_env import REPO
+from cdcreplay.benchmark_keyed import FORMAT as KEYED_FORMAT
 from cdcreplay.benchmark_reference import run_reference
 from cdcreplay.progress import PIPELINE_STAGES
 
@@ -44,6 +47,27 @@ PYTHON_FORMATS = ("dts-avro", "drs-avro", "debezium-avro", "qlik-avro", "drs-dds
 
 def target_events_per_s(fmt: str) -> int:
     return PYTHON_TARGET_EVENTS_PER_S if fmt in PYTHON_FORMATS else JSON_TARGET_EVENTS_PER_S
+
+
+@dataclass(frozen=True)
+class ArchiveSource:
+    """An archive to measure and what its pipeline needs: the simulator's (:func:`simulated`) or another writer's."""
+
+    path: Path
+    settings: dict  # pipeline config entries a reader of the archive needs (keys, types, writer schemas)
+    pipeline: str  # the pipeline's name, and so its warehouse folder
+
+
+def simulated(work: Path, fmt: str, events: int) -> ArchiveSource:
+    """The simulator's archive of ``events`` row events in ``fmt``."""
+    from cdcreplay.simulator.encoders import encoder
+
+    archive = _archive(work, fmt, events)
+    return ArchiveSource(archive, encoder(fmt).pipeline(archive), _simulated_pipeline(fmt))
+
+
+def _simulated_pipeline(fmt: str) -> str:
+    return f"bench_{fmt.replace('-', '_')}"
 
 
 def _archive(work: Path, fmt: str, events: int) -> Path:
@@ -67,17 +91,15 @@ def _archive(work: Path, fmt: str, events: int) -> Path:
     return folder
 
 
-def _config(work: Path, fmt: str, archive: Path, warehouse: str = "warehouse") -> Path:
-    """A pipelines file for the archive, with what the simulator says a reader of it needs (writer schemas, keys)."""
+def _config(work: Path, fmt: str, source: ArchiveSource, warehouse: str = "warehouse") -> Path:
+    """A pipelines file for the archive, with what its writer says a reader of it needs (writer schemas, keys)."""
     import yaml
 
-    from cdcreplay.simulator.encoders import encoder
-
     pipeline = {
-        "name": f"bench_{fmt.replace('-', '_')}",
+        "name": source.pipeline,
         "format": fmt,
-        "archive": {"path": str(archive), "layout": "parquet"},
-        **encoder(fmt).pipeline(archive),
+        "archive": {"path": str(source.path), "layout": "parquet"},
+        **source.settings,
     }
     path = work / f"{fmt}-{warehouse}.yaml"
     document = {"warehouse": str(work / warehouse), "keep_versions": 1, "pipelines": [pipeline]}
@@ -85,13 +107,15 @@ def _config(work: Path, fmt: str, archive: Path, warehouse: str = "warehouse") -
     return path
 
 
-def measure(spark, work: Path, fmt: str, events: int, reconcile: bool) -> dict:
+def measure(spark, work: Path, fmt: str, events: int, reconcile: bool, source: ArchiveSource | None = None) -> dict:
+    """The full rebuild of ``source`` (default: the simulator's archive of ``events`` row events in ``fmt``)."""
     from cdcreplay.config import load_config
     from cdcreplay.pipeline import run_pipeline
     from cdcreplay.run_spec import build_run_spec
 
-    archive = _archive(work, fmt, events)
-    config = load_config(_config(work, fmt, archive))
+    source = source or simulated(work, fmt, events)
+    archive = source.path
+    config = load_config(_config(work, fmt, source))
     pipeline = config.project.pipelines[0]
     run_id = f"bench_{datetime.now(UTC):%Y%m%dT%H%M%S}"
     spec = build_run_spec(config, run_id=run_id, full_rebuild=True)
@@ -101,6 +125,7 @@ def measure(spark, work: Path, fmt: str, events: int, reconcile: bool) -> dict:
         elapsed = time.monotonic() - began
     result = {
         "format": fmt,
+        "pipeline": source.pipeline,
         "row_events": events,
         "records": summary["distinct_records"],
         "seconds": round(elapsed, 2),
@@ -135,8 +160,10 @@ def measure(spark, work: Path, fmt: str, events: int, reconcile: bool) -> dict:
 
 
 # Unless --nightly-events says otherwise, the nightly run of the incremental measurement replays the newest tenth of
-# the archive (by Kafka timestamp).
+# the archive (by Kafka timestamp); with --state-keys, the issue's 200k new records.
 NIGHTLY_SHARE = 0.1
+KEYED_NIGHTLY_EVENTS = 200_000
+KEYED_PIPELINE = "bench_keyed_dts_shareplex_json"
 
 
 def earlier_full_rebuild(result_file: Path, fmt: str, events: int) -> dict:
@@ -147,8 +174,13 @@ def earlier_full_rebuild(result_file: Path, fmt: str, events: int) -> dict:
         document = json.loads(result_file.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         raise ValueError(f"--full-rebuild-from: cannot read {result_file}: {error}") from None
+    pipeline = _simulated_pipeline(fmt)  # not a --state-keys archive of the same format and size
     for result in document.get("results") or []:
-        if result.get("format") == fmt and result.get("row_events") == events:
+        if (
+            result.get("format") == fmt
+            and result.get("row_events") == events
+            and result.get("pipeline", pipeline) == pipeline
+        ):
             missing = [path for path in result["table_paths"].values() if not Path(path).is_dir()]
             if missing:
                 raise ValueError(
@@ -176,10 +208,16 @@ def nightly_cut(raw, nightly_events: int | None):
 
 
 def measure_incremental(
-    spark, work: Path, fmt: str, events: int, full: dict, nightly_events: int | None = None
+    spark,
+    work: Path,
+    fmt: str,
+    events: int,
+    full: dict,
+    nightly_events: int | None = None,
+    source: ArchiveSource | None = None,
 ) -> dict:
     """A nightly run (the newest ``nightly_events`` records, or the newest tenth of the archive) onto the state built
-    from the rest, against ``full``.
+    from the rest, against ``full`` (the full rebuild of the same ``source``, default the simulator's archive).
 
     The tables it publishes must equal the full rebuild's ones, provenance included (compared with Spark).
     """
@@ -188,8 +226,9 @@ def measure_incremental(
     from cdcreplay.pipeline import run_pipeline
     from cdcreplay.run_spec import build_run_spec
 
-    archive = _archive(work, fmt, events)
-    config = load_config(_config(work, fmt, archive, warehouse="warehouse-incremental"))
+    source = source or simulated(work, fmt, events)
+    archive = source.path
+    config = load_config(_config(work, fmt, source, warehouse="warehouse-incremental"))
     pipeline = config.project.pipelines[0]
     raw = archive_files.read_archive(spark, archive_files.archive_files(str(archive), "parquet"), "parquet")
     cut_text = nightly_cut(raw, nightly_events).isoformat()
@@ -301,9 +340,9 @@ def render_reconcile(r: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cdcreplay benchmark", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--events", type=int, default=2_000_000, help="row events per format (default 2,000,000)")
+    parser.add_argument("--events", type=int, help="row events per format (default 2,000,000)")
     parser.add_argument(
-        "--formats", default="debezium-json,canal-json", help="comma-separated format ids, all (every format) or none"
+        "--formats", help="comma-separated format ids, all (every format) or none (default debezium-json,canal-json)"
     )
     parser.add_argument("--master", default="local[2]", help="Spark master (default local[2], as the reference)")
     parser.add_argument("--driver-memory", default="4g", help="spark.driver.memory (default 4g)")
@@ -324,6 +363,12 @@ def main(argv: list[str] | None = None) -> int:
         "instead of running it again",
     )
     parser.add_argument(
+        "--state-keys",
+        type=int,
+        help="with --incremental: the nightly run (--nightly-events, default 200,000) goes onto a state of this many "
+        f"keys, on a {KEYED_FORMAT} archive Spark writes (benchmark_keyed.py) instead of the simulator's",
+    )
+    parser.add_argument(
         "--reconcile-rows",
         type=int,
         default=0,
@@ -331,6 +376,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--result", type=Path, help="JSON result file (default <work>/result-<time>.json)")
     args = parser.parse_args(argv)
+    if args.state_keys is not None:
+        _keyed_defaults(parser, args)
+    args.formats = "debezium-json,canal-json" if args.formats is None else args.formats
+    args.events = 2_000_000 if args.events is None else args.events
 
     from cdcreplay.config import KNOWN_FORMATS
     from cdcreplay.simulator.encoders import FORMATS as SIMULATED_FORMATS
@@ -377,17 +426,24 @@ def main(argv: list[str] | None = None) -> int:
 
     show_on_console("[benchmark]")  # run_pipeline's stage lines as a bar (plain lines when not a terminal)
     results = []
+    source = None
+    if args.state_keys:
+        from cdcreplay import benchmark_keyed
+
+        print(f"{KEYED_FORMAT}: a state of {args.state_keys:,} keys and {args.nightly_events:,} night records")
+        archive = benchmark_keyed.keyed_archive(spark, args.work, args.state_keys, args.nightly_events)
+        source = ArchiveSource(archive, benchmark_keyed.pipeline_settings(), KEYED_PIPELINE)
     for fmt in formats:
-        print(f"{fmt}: {args.events:,} row events", flush=True)
+        print(f"{fmt}: {args.events:,} " + ("records" if source else "row events"), flush=True)
         if args.full_rebuild_from:
             results.append(earlier)
             print(f"  full rebuild taken from {args.full_rebuild_from}", flush=True)
         else:
-            results.append(measure(spark, args.work, fmt, args.events, args.reconcile))
+            results.append(measure(spark, args.work, fmt, args.events, args.reconcile, source))
         print(f"  {results[-1]['events_per_s']:,} events/s in {results[-1]['seconds']:.1f}s", flush=True)
         if args.incremental:
             results[-1]["incremental"] = incremental = measure_incremental(
-                spark, args.work, fmt, args.events, results[-1], args.nightly_events
+                spark, args.work, fmt, args.events, results[-1], args.nightly_events, source
             )
             print(
                 f"  nightly run of {incremental['nightly_records']:,} records onto a state of "
@@ -426,6 +482,24 @@ def main(argv: list[str] | None = None) -> int:
     result_path.write_text(json.dumps(document, indent=2), encoding="utf-8")
     print(f"result: {result_path}")
     return 0
+
+
+def _keyed_defaults(parser, args) -> None:
+    """Check the options that go with --state-keys and fill in what it implies (format, events, nightly records)."""
+    if not args.incremental:
+        parser.error("--state-keys sets up the nightly run's state: add --incremental")
+    if args.full_rebuild_from:
+        parser.error("--state-keys runs the full rebuild of its own archive: leave out --full-rebuild-from")
+    if args.formats not in (None, KEYED_FORMAT):
+        parser.error(f"--state-keys writes a {KEYED_FORMAT} archive: leave out --formats (or give {KEYED_FORMAT})")
+    if args.events is not None:
+        parser.error("--events does not go with --state-keys: its archive is the state's keys plus the night's changes")
+    nightly = KEYED_NIGHTLY_EVENTS if args.nightly_events is None else args.nightly_events
+    if args.state_keys < max(1, nightly):
+        parser.error(
+            f"--state-keys must be at least --nightly-events ({nightly:,}): each night record changes a key of its own"
+        )
+    args.formats, args.nightly_events, args.events = KEYED_FORMAT, nightly, args.state_keys + nightly
 
 
 if __name__ == "__main__":
