@@ -11,10 +11,11 @@ from pyspark.sql import functions as F
 from cdcreplay import benchmark_keyed
 from cdcreplay.benchmark import (
     JSON_TARGET_EVENTS_PER_S,
+    KEYED_PIPELINE,
     PYTHON_TARGET_EVENTS_PER_S,
-    ArchiveSource,
     _config,
     earlier_full_rebuild,
+    keyed_source,
     measure,
     measure_incremental,
     render,
@@ -120,8 +121,11 @@ def test_a_night_onto_a_state_of_given_keys_publishes_what_the_full_rebuild_did(
     """`--incremental --state-keys N`: Spark writes a Shareplex archive of N keys loaded and one night of changes, each
     on its own key; the nightly run onto the loaded state publishes what the full rebuild of the archive does."""
     keys, nightly = 2_000, 200
-    archive = benchmark_keyed.keyed_archive(spark, tmp_path, keys, nightly)
-    raw = spark.read.parquet(str(archive)).orderBy("offset")
+    source = keyed_source(spark, tmp_path, keys, nightly)
+    written = {path: path.stat().st_mtime_ns for path in source.path.glob("*.parquet")}
+    assert keyed_source(spark, tmp_path, keys, nightly) == source  # kept and reused, not written again
+    assert {path: path.stat().st_mtime_ns for path in source.path.glob("*.parquet")} == written
+    raw = spark.read.parquet(str(source.path)).orderBy("offset")
     assert raw.count() == keys + nightly
     # As DTS writes them: an insert carries the whole row, an update only the changed columns in `data` and the key
     # and the changed columns' old values in `key`, a delete the whole row; one transaction per record.
@@ -151,11 +155,10 @@ def test_a_night_onto_a_state_of_given_keys_publishes_what_the_full_rebuild_did(
         {"id": "20", "amount": "1584.80", "note": "n20"},
     )
 
-    source = ArchiveSource(archive, benchmark_keyed.pipeline_settings(), "bench_keyed")
     full = measure(spark, tmp_path, "dts-shareplex-json", keys + nightly, reconcile=False, source=source)
-    assert (full["records"], full["quarantined"], full["pipeline"]) == (keys + nightly, 0, "bench_keyed")
+    assert (full["records"], full["quarantined"], full["pipeline"]) == (keys + nightly, 0, KEYED_PIPELINE)
     assert full["tables"] == {"bench.items": keys}  # 20 keys deleted, 20 new ones inserted
-    table = read_table(spark, str(tmp_path / "warehouse"), "bench_keyed", "bench.items")
+    table = read_table(spark, str(tmp_path / "warehouse"), KEYED_PIPELINE, "bench.items")
     night = table.where(F.col("note") == "changed at night")
     assert night.count() == 160  # every update completed from the stored row: name kept, amount + 1
     assert night.where(F.col("name") != F.concat(F.lit("item "), F.col("id").cast("string"))).count() == 0
@@ -168,3 +171,9 @@ def test_a_night_onto_a_state_of_given_keys_publishes_what_the_full_rebuild_did(
     assert incremental["nightly_records"] in (nightly, nightly + 1)
     assert incremental["state_records_before"] + incremental["nightly_records"] == keys + nightly
     assert incremental["state_keys_before"] == incremental["state_records_before"]  # one key per loaded record
+
+
+def test_a_keyed_archive_needs_a_key_for_each_night_record(spark, tmp_path):
+    with pytest.raises(ValueError, match="the night touches 200 distinct existing keys at most: --state-keys must be"):
+        benchmark_keyed.write_keyed_archive(spark, tmp_path / "archive", 100, 200)
+    assert not (tmp_path / "archive").exists()

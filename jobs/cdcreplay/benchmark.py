@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from cdcreplay import benchmark_keyed
 from cdcreplay.airflow_env import REPO
 from cdcreplay.benchmark_keyed import FORMAT as KEYED_FORMAT
 from cdcreplay.benchmark_reference import run_reference
@@ -70,24 +71,46 @@ def _simulated_pipeline(fmt: str) -> str:
     return f"bench_{fmt.replace('-', '_')}"
 
 
+def keyed_source(spark, work: Path, keys: int, nightly: int) -> ArchiveSource:
+    """The ``--state-keys`` archive (``benchmark_keyed``): ``keys`` keys loaded, then ``nightly`` night records."""
+
+    def write(folder: Path) -> str:
+        benchmark_keyed.write_keyed_archive(spark, folder, keys, nightly)
+        return f"wrote {keys + nightly:,} records ({keys:,} keys, {nightly:,} at night)"
+
+    wanted = {
+        "format": KEYED_FORMAT,
+        "state_keys": keys,
+        "nightly_events": nightly,
+        "version": benchmark_keyed.ARCHIVE_VERSION,
+    }
+    folder = _written_once(work / "archives" / f"keyed-{KEYED_FORMAT}-{keys}-{nightly}", wanted, write)
+    return ArchiveSource(folder, benchmark_keyed.pipeline_settings(), KEYED_PIPELINE)
+
+
 def _archive(work: Path, fmt: str, events: int) -> Path:
     """A simulated archive for ``fmt``, regenerated only when its parameters changed."""
     from cdcreplay.simulator import build_sample_archive
 
-    folder = work / "archives" / f"{fmt}-{events}"
-    stamp = folder / "_BENCHMARK.json"
+    def simulate(folder: Path) -> str:
+        history = build_sample_archive(folder, fmt, events=events, seed=SEED, days=3, rows_per_file=500_000)
+        return f"simulated {history.event_count} row events -> {history.archive['records']} records"
+
     wanted = {"format": fmt, "events": events, "seed": SEED}
-    if stamp.is_file() and json.loads(stamp.read_text()) == wanted:
+    return _written_once(work / "archives" / f"{fmt}-{events}", wanted, simulate)
+
+
+def _written_once(folder: Path, wanted: dict, write) -> Path:
+    """``folder`` as ``write(folder)`` makes it, made again only when its parameters (``wanted``) changed since:
+    archives of millions of records take minutes to write. ``write`` returns what to print about what it wrote."""
+    stamp = folder / "_BENCHMARK.json"
+    if stamp.is_file() and json.loads(stamp.read_text(encoding="utf-8")) == wanted:
         return folder
     shutil.rmtree(folder, ignore_errors=True)
     began = time.monotonic()
-    history = build_sample_archive(folder, fmt, events=events, seed=SEED, days=3, rows_per_file=500_000)
-    stamp.write_text(json.dumps(wanted))
-    print(
-        f"  simulated {history.event_count} row events -> {history.archive['records']} records "
-        f"in {time.monotonic() - began:.0f}s",
-        flush=True,
-    )
+    written = write(folder)
+    stamp.write_text(json.dumps(wanted), encoding="utf-8")
+    print(f"  {written} in {time.monotonic() - began:.0f}s", flush=True)
     return folder
 
 
@@ -428,11 +451,8 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     source = None
     if args.state_keys:
-        from cdcreplay import benchmark_keyed
-
         print(f"{KEYED_FORMAT}: a state of {args.state_keys:,} keys and {args.nightly_events:,} night records")
-        archive = benchmark_keyed.keyed_archive(spark, args.work, args.state_keys, args.nightly_events)
-        source = ArchiveSource(archive, benchmark_keyed.pipeline_settings(), KEYED_PIPELINE)
+        source = keyed_source(spark, args.work, args.state_keys, args.nightly_events)
     for fmt in formats:
         print(f"{fmt}: {args.events:,} " + ("records" if source else "row events"), flush=True)
         if args.full_rebuild_from:

@@ -21,9 +21,6 @@ The order is (scn, trans, seq) = (FIRST_SCN + offset, "0.0.<offset>", 1); ``meta
 
 from __future__ import annotations
 
-import json
-import shutil
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -38,29 +35,12 @@ LOAD_SECONDS = 2 * 86_400
 NIGHT_START_SECONDS = LOAD_SECONDS + 3_600
 NIGHT_SECONDS = 20 * 3_600
 ROWS_PER_FILE = 500_000
-ARCHIVE_VERSION = 1  # bump when the records written change, so older archives are rewritten
+ARCHIVE_VERSION = 1  # bump when the records written change, so archives written before are written again
 
 
 def pipeline_settings() -> dict:
     """What a reader of the archive needs: Shareplex carries neither keys nor types."""
     return {"tables": {TABLE_ID: {"primary_key": ["id"], "column_types": dict(COLUMN_TYPES)}}}
-
-
-def keyed_archive(spark, work: Path, keys: int, nightly: int) -> Path:
-    """The archive for ``keys`` keys and ``nightly`` night records, written under ``work`` unless already there."""
-    folder = Path(work) / "archives" / f"keyed-{FORMAT}-{keys}-{nightly}"
-    stamp = folder / "_BENCHMARK.json"
-    wanted = {"format": FORMAT, "state_keys": keys, "nightly_events": nightly, "version": ARCHIVE_VERSION}
-    if stamp.is_file() and json.loads(stamp.read_text(encoding="utf-8")) == wanted:
-        return folder
-    shutil.rmtree(folder, ignore_errors=True)
-    began = time.monotonic()
-    write_keyed_archive(spark, folder, keys, nightly)
-    stamp.write_text(json.dumps(wanted), encoding="utf-8")
-    print(
-        f"  wrote {keys + nightly:,} records ({keys:,} keys, {nightly:,} at night) in {time.monotonic() - began:.0f}s"
-    )
-    return folder
 
 
 def write_keyed_archive(spark, folder: Path, keys: int, nightly: int) -> None:

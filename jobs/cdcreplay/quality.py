@@ -321,9 +321,9 @@ class SuiteRunner:
         return str(index) if index.exists() else None
 
 
-# kwargs that name the column(s) an expectation reads (GX 1.x column, column-pair and multicolumn expectations).
+# kwargs that name the column(s) an expectation reads (GX 1.x column and column-pair expectations; multicolumn ones
+# name theirs in ``column_list``).
 _COLUMN_KWARGS = ("column", "column_A", "column_B")
-_COLUMN_LIST_KWARGS = ("column_list",)
 
 
 def columns_read(expectations: list[dict]) -> list[str] | None:
@@ -335,9 +335,7 @@ def columns_read(expectations: list[dict]) -> list[str] | None:
         kwargs = expectation.get("kwargs") or {}
         if expectation["type"].startswith("expect_table_") or kwargs.get("row_condition"):
             return None
-        named = [kwargs[k] for k in _COLUMN_KWARGS if k in kwargs]
-        for k in _COLUMN_LIST_KWARGS:
-            named += list(kwargs.get(k) or [])
+        named = [kwargs[k] for k in _COLUMN_KWARGS if k in kwargs] + list(kwargs.get("column_list") or [])
         if not named or not all(isinstance(name, str) for name in named):
             return None
         columns += [name for name in named if name not in columns]
