@@ -215,7 +215,7 @@ def test_tombstones_are_purged_only_past_their_retention(spark):
 def test_one_tables_state_is_read_from_its_partition_alone(spark, tmp_path):
     """The type stage reads a table's rows twice; with many tables a full scan each time would read the state once
     per table, so the written state is partitioned by table and a table's rows come from its partition alone."""
-    from cdcreplay.pipeline import read_state, table_state, write_state
+    from cdcreplay.state_store import read_state, table_state, write_state
 
     history = [
         change("insert", 1, {"id": "1", "v": "a", "w": None}, table="db.t", position=(1,)),

@@ -22,6 +22,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdcreplay import schema as S
+from cdcreplay.state_store import write_state
 
 TABLE_ID = "bench.items"
 COLUMN_TYPES = {"id": "bigint", "name": "string", "amount": "decimal(12,2)"}
@@ -75,8 +76,6 @@ def expected_counts(rows: int, period: int = DIFFERENCE_PERIOD) -> dict[str, int
 
 def write_inputs(spark: SparkSession, work: Path, rows: int, period: int = DIFFERENCE_PERIOD) -> tuple[Path, Path]:
     """(base state, snapshot changelog) Parquet folders for ``rows`` keys, rewritten each time."""
-    from cdcreplay.pipeline import write_state
-
     state_path, changelog_path = work / "state", work / "changelog"
     shutil.rmtree(work, ignore_errors=True)
     state_ids = spark.range(rows)

@@ -168,20 +168,39 @@ def merge_with_state(
     """
     if previous_state is None:
         return latest_rows(changes)
-    previous = previous_state.select(*S.CHANGELOG_COLUMNS, "deleted")
-    merged_input = changes.select(*S.CHANGELOG_COLUMNS)
     if change_count is None or change_count > CARRY_OVER_MAX_CHANGES:
-        return latest_rows(previous.drop("deleted").unionByName(merged_input))
+        previous = previous_state.select(*S.CHANGELOG_COLUMNS)
+        return latest_rows(previous.unionByName(changes.select(*S.CHANGELOG_COLUMNS)))
+    untouched, changed = _split_by_change(previous_state, changes)
+    return untouched.select(*changed.columns).unionByName(changed)
+
+
+def changed_rows(previous_state: DataFrame, changes: DataFrame) -> DataFrame:
+    """The new state rows of the keys ``changes`` names, and of every key of a table they truncate: what a run
+    changed in the state (a night's delta, see ``state_store``). Every other key keeps its row in ``previous_state``.
+
+    Each is the compaction of the key's stored row with its changes, so a partial image is completed from the
+    stored row, and the row is the key's latest as of this run.
+    """
+    return _split_by_change(previous_state, changes)[1]
+
+
+def _split_by_change(previous_state: DataFrame, changes: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """(rows of ``previous_state`` the changes leave as they are, new rows of the keys they change)."""
+    previous = previous_state.select(*S.CHANGELOG_COLUMNS, "deleted")
     named = F.broadcast(
         changes.where(F.col("op").isin(*S.ROW_OPS) & F.col("key").isNotNull()).select("table_id", "key").distinct()
     )
-    truncated = [
-        row.table_id for row in changes.where(F.col("op") == S.OP_TRUNCATE).select("table_id").distinct().collect()
-    ]
+    truncated = truncated_tables(changes)
     in_truncated_table = F.col("table_id").isin(truncated) if truncated else F.lit(False)
-    carried = previous.where(~in_truncated_table).join(named, ["table_id", "key"], "left_anti")
+    untouched = previous.where(~in_truncated_table).join(named, ["table_id", "key"], "left_anti")
     reworked = previous.where(in_truncated_table).unionByName(
         previous.where(~in_truncated_table).join(named, ["table_id", "key"], "left_semi")
     )
-    merged = latest_rows(reworked.drop("deleted").unionByName(merged_input))
-    return carried.select(*merged.columns).unionByName(merged)
+    changed = latest_rows(reworked.drop("deleted").unionByName(changes.select(*S.CHANGELOG_COLUMNS)))
+    return untouched, changed
+
+
+def truncated_tables(changes: DataFrame) -> list[str]:
+    """The tables a run's changes truncate."""
+    return [row.table_id for row in changes.where(F.col("op") == S.OP_TRUNCATE).select("table_id").distinct().collect()]

@@ -15,13 +15,23 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdcreplay import archive, progress, quality, warehouse
-from cdcreplay.compaction import merge_with_state, purge_tombstones
+from cdcreplay.compaction import changed_rows, merge_with_state, purge_tombstones, truncated_tables
 from cdcreplay.config import LoadedConfig, PipelineConfig
 from cdcreplay.formats import REGISTRY, decoder
 from cdcreplay.formats.common import DECODED_DDL, KIND_CHANGE, KIND_CONTROL, KIND_QUARANTINE
 from cdcreplay.run_spec import RunSpec
 from cdcreplay.schema import CHANGELOG_COLUMNS, CONTROL_NOTE
 from cdcreplay.spark import vectorized_parquet_reads
+from cdcreplay.state_store import (
+    STATE_PARTITION,
+    Layer,
+    delta_fits,
+    read_state,
+    state_layers,
+    table_state,
+    write_delta,
+    write_state,
+)
 from cdcreplay.tables import TYPED_TABLE_FORMAT, TableLayout, table_layouts, type_conflicts, typed_table
 
 
@@ -113,12 +123,14 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
     with vectorized_parquet_reads(spark):
         changes = _read_decoded(spark, paths, spec.run_id, KIND_CHANGE, changelog_only=True)
         version = warehouse.new_version(spec.run_id)
-        merged = merge_with_state(base_state, changes, kinds["changelog_rows"])
-        state = purge_tombstones(merged, pipeline.tombstone_retention_days)
-        write_state(state, paths.state_dir(version))
+        previous = paths.root / current["state"] if base_state is not None else None
+        layers = _write_state(
+            spark, paths.state_dir(version), previous, base_state, changes, kinds["changelog_rows"], pipeline
+        )
         partitioned_state = read_state(spark, paths.state_dir(version), keep_partition=True)
         state = partitioned_state.drop(STATE_PARTITION)
-        t = lap("compact", t, kinds["changelog_rows"], unit="changes merged")
+        written = f"{len(layers) - 1} deltas on the base state" if layers else "state written whole"
+        t = lap("compact", t, kinds["changelog_rows"], unit=f"changes merged, {written}")
 
         # -- typed tables, audited, then one atomic switch of the published pointer --------------------------------
         # A table this run did not change keeps its typed files (linked into the new version) and its audit: a
@@ -178,8 +190,9 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
     summary.update(
         {
             "version": pointer["version"],
-            "base_state": str(paths.root / current["state"]) if base_state is not None else None,
+            "base_state": str(previous) if previous is not None else None,
             "state": str(paths.state_dir(version)),
+            "state_deltas": len(layers) - 1 if layers else 0,  # runs' deltas over a base state, see state_store
             "tables": {
                 tid: {**info, "path": str(paths.root / pointer["tables"][tid]["path"])} for tid, info in tables.items()
             },
@@ -197,6 +210,27 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
 
 TYPE_CONFLICTS_FOLDER = "type_conflicts"
 TYPED_WRITES_AT_ONCE = 4
+
+
+def _write_state(
+    spark: SparkSession,
+    path: Path,
+    previous: Path | None,
+    base_state: DataFrame | None,
+    changes: DataFrame,
+    change_count: int,
+    pipeline: PipelineConfig,
+) -> list[Layer] | None:
+    """Write the new version's state at ``path``: the previous state's layers and this run's delta when one more
+    fits (``state_store``), else whole. Its layers, or None when written whole (a full rebuild has no ``previous``).
+    """
+    if previous is not None and pipeline.tombstone_retention_days is None and not truncated_tables(changes):
+        layers = state_layers(spark, previous)
+        if delta_fits(layers, change_count):
+            return write_delta(spark, changed_rows(base_state, changes), previous, layers, path)
+    merged = merge_with_state(base_state, changes, change_count)
+    write_state(purge_tombstones(merged, pipeline.tombstone_retention_days), path)
+    return None
 
 
 def unchanged_tables(
@@ -410,33 +444,3 @@ def load_summary(config: LoadedConfig, pipeline: str, run_id: str) -> dict | Non
         return json.loads(summary_path(config, pipeline, run_id).read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
-
-
-# The state is partitioned by a hash of the table id, not by the id itself: a table id comes from the data and may be
-# longer than a file name can be (MySQL allows 64 + 64 characters, 3 bytes each in UTF-8). table_id stays a column.
-STATE_PARTITION = "table_hash"
-
-
-def write_state(state: DataFrame, path: Path) -> None:
-    state.withColumn(STATE_PARTITION, F.xxhash64("table_id")).write.mode("overwrite").partitionBy(
-        STATE_PARTITION
-    ).parquet(str(path))
-
-
-def read_state(spark: SparkSession, path: Path | str, keep_partition: bool = False) -> DataFrame:
-    """A published state (also one written when it was partitioned by table_id itself), without the partition
-    column unless ``keep_partition`` (for :func:`table_state`)."""
-    state = spark.read.parquet(str(path))
-    return state.drop(STATE_PARTITION) if STATE_PARTITION in state.columns and not keep_partition else state
-
-
-def table_state(state: DataFrame, table_id: str) -> DataFrame:
-    """The rows of one table, reading only its partition when ``state`` still has the partition column.
-
-    The type stage writes each table on its own; without the partition filter each write would scan the whole
-    state, so a database of hundreds of tables would read the state hundreds of times.
-    """
-    rows = state.where(F.col("table_id") == table_id)
-    if STATE_PARTITION not in state.columns:
-        return rows
-    return rows.where(F.col(STATE_PARTITION) == F.xxhash64(F.lit(table_id))).drop(STATE_PARTITION)

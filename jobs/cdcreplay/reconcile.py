@@ -72,6 +72,7 @@ from pyspark.sql import functions as F
 from cdcreplay import schema
 from cdcreplay.compaction import ORDER_FIELDS, event_order, latest_rows, partial_event
 from cdcreplay.spark import vectorized_parquet_reads
+from cdcreplay.state_store import read_state
 
 STATUS_MATCH = "match"
 STATUS_MISMATCH = "mismatch"
@@ -715,8 +716,6 @@ def read_changelog(spark: SparkSession, changelog_path: str | list[str], base_st
     changelog = spark.read.parquet(*[str(p) for p in paths]).select(*columns)
     if not base_state_path:
         return changelog
-    from cdcreplay.pipeline import read_state
-
     base = read_state(spark, base_state_path)
     # The base state is the compacted result of earlier runs: one row per key, tombstones flagged `deleted`.
     # A row whose winning event was a snapshot read is still plain state here, not part of any epoch of this run:

@@ -1,0 +1,188 @@
+"""The state on disk: a night writes only the rows of the keys it changed (a delta) over the linked files of the state
+it built on, and reading the layers gives exactly the state a whole rewrite gives; past the limits, or on a truncate or
+a tombstone purge, the state is written whole again."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+
+from archive_helpers import Record, pipeline_config, write_parquet
+from test_compaction import change, frame, whole_state
+
+from cdcreplay.compaction import CARRY_OVER_MAX_CHANGES, changed_rows, latest_rows
+from cdcreplay.entrypoints import EXIT_OK, replay_main
+from cdcreplay.state_store import (
+    LAYERS_FILE,
+    MAX_DELTAS,
+    Layer,
+    delta_fits,
+    read_state,
+    state_layers,
+    table_state,
+    write_delta,
+    write_state,
+)
+from cdcreplay.warehouse import PipelinePaths, read_current, read_table
+
+DAY_1 = [
+    *[change("insert", k, {"id": str(k), "v": f"t{k}", "w": "x"}, position=(k,)) for k in range(1, 9)],
+    change("delete", 8, None, position=(9,)),  # a tombstone from the start
+    change("insert", 1, {"id": "1", "v": "u1", "w": None}, table="db.u", position=(10,)),
+    change("insert", 2, {"id": "2", "v": "u2", "w": None}, table="db.u", position=(11,)),
+]
+DAY_2 = [
+    change("update", 1, {"id": "1", "v": "t1'"}, position=(20,)),  # partial image: w comes from the stored row
+    change("delete", 2, None, position=(21,)),
+    change("insert", 9, {"id": "9", "v": "t9", "w": None}, position=(22,)),
+    change("update", 8, {"id": "8", "v": "late", "w": None}, position=(5,)),  # older than key 8's delete: loses
+]
+DAY_3 = [
+    change("insert", 2, {"id": "2", "v": "t2 again", "w": "y"}, position=(30,)),  # back after its delete
+    change("update", 1, {"id": "1", "w": "z"}, position=(31,)),  # partial again, over day 2's delta row
+    change("delete", 9, None, position=(32,)),  # deletes a key only a delta has
+    change("delete", 3, None, position=(33,)),  # a primary-key change 3 -> 10: delete and insert
+    change("insert", 10, {"id": "10", "v": "t3", "w": "x"}, position=(33,), row_index=1),
+    change("update", 2, {"id": "2", "v": "u2'", "w": None}, table="db.u", position=(34,)),
+]
+
+
+def inodes(folder) -> set[int]:
+    return {path.stat().st_ino for path in folder.rglob("*.parquet")}
+
+
+def test_a_layered_state_reads_as_the_whole_merge_of_its_history(spark, tmp_path):
+    write_state(latest_rows(frame(spark, DAY_1)), tmp_path / "v1")
+    layers = state_layers(spark, tmp_path / "v1")
+    assert layers == [Layer("base", 10)]
+    for day, (previous, path) in ((DAY_2, ("v1", "v2")), (DAY_3, ("v2", "v3"))):
+        delta = changed_rows(read_state(spark, tmp_path / previous), frame(spark, day))
+        layers = write_delta(spark, delta, tmp_path / previous, layers, tmp_path / path)
+
+    assert layers == [Layer("base", 10), Layer("delta-001", 4), Layer("delta-002", 6)]
+    assert json.loads((tmp_path / "v3" / LAYERS_FILE).read_text()) == {
+        "layers": [dataclasses.asdict(layer) for layer in layers]
+    }
+    expected = whole_state(latest_rows(frame(spark, DAY_1 + DAY_2 + DAY_3)))
+    assert whole_state(read_state(spark, tmp_path / "v3")) == expected
+    # The intermediate version still reads as of its own night.
+    assert whole_state(read_state(spark, tmp_path / "v2")) == whole_state(latest_rows(frame(spark, DAY_1 + DAY_2)))
+    # The base and the first delta are the earlier versions' files, linked, not copies.
+    assert inodes(tmp_path / "v3" / "base") == inodes(tmp_path / "v1") == inodes(tmp_path / "v2" / "base")
+    assert inodes(tmp_path / "v3" / "delta-001") == inodes(tmp_path / "v2" / "delta-001")
+    assert read_state(spark, tmp_path / "v3").columns == read_state(spark, tmp_path / "v1").columns
+
+
+def test_one_tables_rows_of_a_layered_state_are_read_from_its_partition_of_each_layer(spark, tmp_path):
+    write_state(latest_rows(frame(spark, DAY_1)), tmp_path / "v1")
+    delta = changed_rows(read_state(spark, tmp_path / "v1"), frame(spark, DAY_3))
+    write_delta(spark, delta, tmp_path / "v1", state_layers(spark, tmp_path / "v1"), tmp_path / "v2")
+    rows = table_state(read_state(spark, tmp_path / "v2", keep_partition=True), "db.u")
+
+    plan = rows._jdf.queryExecution().executedPlan().toString()  # before running: the plan as planned, once
+    assert sorted((r.key, r.after["v"]) for r in rows.collect()) == [('["1"]', "u1"), ('["2"]', "u2'")]
+    scans = [line for line in plan.splitlines() if "FileScan" in line]
+    assert len(scans) == 3, plan  # the base; the delta's keys, for the join; the delta
+    assert all(re.search(r"PartitionFilters: \[[^\]]*\(table_hash#\d+L? = -?\d+\)", scan) for scan in scans), scans
+    assert "BroadcastHashJoin" in plan and "LeftAnti" in plan, plan
+
+
+def test_a_run_without_row_changes_adds_no_delta(spark, tmp_path):
+    write_state(latest_rows(frame(spark, DAY_1)), tmp_path / "v1")
+    empty = changed_rows(read_state(spark, tmp_path / "v1"), frame(spark, []))
+    layers = write_delta(spark, empty, tmp_path / "v1", state_layers(spark, tmp_path / "v1"), tmp_path / "v2")
+
+    assert layers == [Layer("base", 10)]
+    assert sorted(p.name for p in (tmp_path / "v2").iterdir()) == [LAYERS_FILE, "base"]
+    assert whole_state(read_state(spark, tmp_path / "v2")) == whole_state(read_state(spark, tmp_path / "v1"))
+
+
+def test_a_delta_fits_while_the_deltas_stay_few_small_and_broadcastable():
+    base = Layer("base", 100)
+    deltas = [Layer(f"delta-{n:03d}", 1) for n in range(1, MAX_DELTAS)]
+    assert delta_fits([base], 50)
+    assert not delta_fits([base], 51)  # more than half the base's rows
+    assert delta_fits([base, *deltas], 1)
+    assert not delta_fits([base, *deltas, Layer("delta-010", 1)], 1)  # one delta more than MAX_DELTAS
+    assert not delta_fits([base, Layer("delta-001", 45)], 6)  # the deltas together
+    huge = Layer("base", 10**10)
+    assert delta_fits([huge], CARRY_OVER_MAX_CHANGES)
+    assert not delta_fits([huge], CARRY_OVER_MAX_CHANGES + 1)  # more keys than one broadcast join carries
+    assert not delta_fits([Layer("base", 0)], 1)
+
+
+# --- through the job ----------------------------------------------------------------------------------------------
+
+TYPES = {"id": "int", "v": "varchar(8)"}
+
+
+def canal(offset: int, kind: str, data: list[dict] | None, table: str = "a") -> Record:
+    message = {"data": data, "old": None, "database": "shop", "table": table, "type": kind, "isDdl": False,
+               "pkNames": ["id"], "mysqlType": TYPES, "es": 1000 + offset, "id": offset}  # fmt: skip
+    return Record("c", 0, offset, json.dumps(message))
+
+
+# fmt: off
+NIGHTS = {
+    1: [
+        canal(0, "INSERT", [{"id": str(k), "v": f"a{k}"} for k in range(1, 11)]),
+        canal(1, "INSERT", [{"id": "1", "v": "b1"}], table="b"),
+    ],
+    2: [canal(2, "UPDATE", [{"id": "1", "v": "a1'"}]), canal(3, "DELETE", [{"id": "2", "v": "a2"}])],
+    3: [canal(4, "INSERT", [{"id": "2", "v": "a2 back"}]), canal(5, "INSERT", [{"id": "11", "v": "a11"}])],
+    4: [canal(6, "TRUNCATE", None, table="b"), canal(7, "INSERT", [{"id": "2", "v": "b2"}], table="b")],
+    5: [canal(8, "DELETE", [{"id": "3", "v": "a3"}])],
+    6: [canal(9, "UPDATE", [{"id": k, "v": "many"} for k in map(str, range(4, 11))])],  # 7 changes: over half of 11
+}
+# fmt: on
+
+
+def replay_nights(tmp_path, folder: str, nights, extra: str = "") -> list[dict]:
+    """Archive and run each night in turn (the first a full rebuild) into ``tmp_path/folder``, keeping every version;
+    their summaries."""
+    root = tmp_path / folder
+    summaries = []
+    for day, records in nights:
+        stamped = [dataclasses.replace(r, timestamp=datetime(2026, 1, day, 12, tzinfo=UTC)) for r in records]
+        write_parquet(stamped, root / "archive" / f"day{day}" / "p.parquet")
+        config = pipeline_config(root, "p", "canal-json", root / "archive", extra=extra)
+        config.write_text("keep_versions: 10\n" + config.read_text(encoding="utf-8"), encoding="utf-8")
+        options = ["--full-rebuild"] if day == 1 else ["--start", f"2026-01-0{day}T00:00:00+00:00"]
+        assert replay_main(["--config", str(config), "--run-id", f"n{day}", *options]) == EXIT_OK
+        paths = PipelinePaths(str(root / "warehouse"), "p")
+        summaries.append(json.loads(paths.run_file(f"n{day}", "summary.json").read_text(encoding="utf-8")))
+    return summaries
+
+
+def published(spark, root) -> dict[str, list[dict]]:
+    warehouse = str(root / "warehouse")
+    tables = read_current(PipelinePaths(warehouse, "p"))["tables"]
+    return {t: sorted((r.asDict() for r in read_table(spark, warehouse, "p", t).collect()), key=str) for t in tables}
+
+
+def test_nights_write_deltas_until_a_limit_and_publish_what_a_full_rebuild_does(spark, tmp_path):
+    summaries = replay_nights(tmp_path, "nightly", sorted(NIGHTS.items()))
+    # night 1 a full rebuild; 2 and 3 deltas; 4 truncates: whole; 5 a delta on that; 6 too many changes: whole.
+    assert [s["state_deltas"] for s in summaries] == [0, 1, 2, 0, 1, 0]
+    assert [(Path(s["state"]) / LAYERS_FILE).exists() for s in summaries] == [False, True, True, False, True, False]
+    assert (summaries[2]["tables"]["shop.a"]["rows"], summaries[2]["tables"]["shop.a"]["tombstones"]) == (11, 0)
+
+    # The state of a night with two deltas, of a delta over a state written whole, and the last: each equals the
+    # state a full rebuild of the nights so far writes; the published tables equal the full rebuild's at the end.
+    for night in (3, 5, 6):
+        history = [record for n in range(1, night + 1) for record in NIGHTS[n]]
+        rebuilt = replay_nights(tmp_path, f"rebuilt-{night}", [(1, history)])[0]
+        nightly = summaries[night - 1]["state"]
+        assert whole_state(read_state(spark, nightly)) == whole_state(read_state(spark, rebuilt["state"])), night
+    assert published(spark, tmp_path / "nightly") == published(spark, tmp_path / "rebuilt-6")
+
+
+def test_a_pipeline_that_purges_tombstones_writes_its_state_whole(spark, tmp_path):
+    summaries = replay_nights(
+        tmp_path, "purging", [(1, NIGHTS[1]), (2, NIGHTS[2])], "    tombstone_retention_days: 30\n"
+    )
+    assert [s["state_deltas"] for s in summaries] == [0, 0]
+    assert not (Path(summaries[1]["state"]) / LAYERS_FILE).exists()
