@@ -54,13 +54,18 @@ def inodes(folder) -> set[int]:
     return {path.stat().st_ino for path in folder.rglob("*.parquet")}
 
 
+def night(spark, previous: Path, path: Path, changes: list[dict]) -> list[Layer]:
+    """Write the state at ``path`` as the state at ``previous`` plus the delta of ``changes``; its layers."""
+    with changed_rows(read_state(spark, previous), frame(spark, changes)) as delta:
+        return write_delta(spark, delta, previous, state_layers(spark, previous), path)
+
+
 def test_a_layered_state_reads_as_the_whole_merge_of_its_history(spark, tmp_path):
     write_state(latest_rows(frame(spark, DAY_1)), tmp_path / "v1")
     layers = state_layers(spark, tmp_path / "v1")
     assert layers == [Layer("base", 10)]
-    for day, (previous, path) in ((DAY_2, ("v1", "v2")), (DAY_3, ("v2", "v3"))):
-        delta = changed_rows(read_state(spark, tmp_path / previous), frame(spark, day))
-        layers = write_delta(spark, delta, tmp_path / previous, layers, tmp_path / path)
+    night(spark, tmp_path / "v1", tmp_path / "v2", DAY_2)
+    layers = night(spark, tmp_path / "v2", tmp_path / "v3", DAY_3)
 
     assert layers == [Layer("base", 10), Layer("delta-001", 4), Layer("delta-002", 6)]
     assert json.loads((tmp_path / "v3" / LAYERS_FILE).read_text()) == {
@@ -78,8 +83,7 @@ def test_a_layered_state_reads_as_the_whole_merge_of_its_history(spark, tmp_path
 
 def test_one_tables_rows_of_a_layered_state_are_read_from_its_partition_of_each_layer(spark, tmp_path):
     write_state(latest_rows(frame(spark, DAY_1)), tmp_path / "v1")
-    delta = changed_rows(read_state(spark, tmp_path / "v1"), frame(spark, DAY_3))
-    write_delta(spark, delta, tmp_path / "v1", state_layers(spark, tmp_path / "v1"), tmp_path / "v2")
+    night(spark, tmp_path / "v1", tmp_path / "v2", DAY_3)
     rows = table_state(read_state(spark, tmp_path / "v2", keep_partition=True), "db.u")
 
     plan = rows._jdf.queryExecution().executedPlan().toString()  # before running: the plan as planned, once
@@ -92,8 +96,7 @@ def test_one_tables_rows_of_a_layered_state_are_read_from_its_partition_of_each_
 
 def test_a_run_without_row_changes_adds_no_delta(spark, tmp_path):
     write_state(latest_rows(frame(spark, DAY_1)), tmp_path / "v1")
-    empty = changed_rows(read_state(spark, tmp_path / "v1"), frame(spark, []))
-    layers = write_delta(spark, empty, tmp_path / "v1", state_layers(spark, tmp_path / "v1"), tmp_path / "v2")
+    layers = night(spark, tmp_path / "v1", tmp_path / "v2", [])
 
     assert layers == [Layer("base", 10)]
     assert sorted(p.name for p in (tmp_path / "v2").iterdir()) == [LAYERS_FILE, "base"]

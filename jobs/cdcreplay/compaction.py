@@ -23,6 +23,10 @@ the key back. The reference is the data's own newest event time, not the wall cl
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -175,18 +179,35 @@ def merge_with_state(
     return untouched.select(*changed.columns).unionByName(changed)
 
 
-def changed_rows(previous_state: DataFrame, changes: DataFrame) -> DataFrame:
+@contextmanager
+def changed_rows(previous_state: DataFrame, changes: DataFrame) -> Iterator[DataFrame]:
     """The new state rows of the keys ``changes`` names, and of every key of a table they truncate: what a run
-    changed in the state (a night's delta, see ``state_store``). Every other key keeps its row in ``previous_state``.
+    changed in the state (a night's delta, see ``state_store``), to be used inside the block. Every other key keeps
+    its row in ``previous_state``.
 
     Each is the compaction of the key's stored row with its changes, so a partial image is completed from the
-    stored row, and the row is the key's latest as of this run.
+    stored row, and the row is the key's latest as of this run. Finding the stored rows reads the whole previous
+    state; they are kept (cached) while the block runs, since the compaction reads them up to three times (the check
+    for partial images, the last event per key, the history of a partial one).
     """
-    return _split_by_change(previous_state, changes)[1]
+    kept: list[DataFrame] = []
+
+    def keep(rows: DataFrame) -> DataFrame:
+        kept.append(rows.persist(StorageLevel.MEMORY_AND_DISK))
+        return kept[-1]
+
+    try:
+        yield _split_by_change(previous_state, changes, stored_rows=keep)[1]
+    finally:
+        for rows in kept:
+            rows.unpersist()
 
 
-def _split_by_change(previous_state: DataFrame, changes: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """(rows of ``previous_state`` the changes leave as they are, new rows of the keys they change)."""
+def _split_by_change(
+    previous_state: DataFrame, changes: DataFrame, stored_rows=lambda rows: rows
+) -> tuple[DataFrame, DataFrame]:
+    """(rows of ``previous_state`` the changes leave as they are, new rows of the keys they change); ``stored_rows``
+    is given the previous rows of the changed keys before they are compacted with the changes."""
     previous = previous_state.select(*S.CHANGELOG_COLUMNS, "deleted")
     named = F.broadcast(
         changes.where(F.col("op").isin(*S.ROW_OPS) & F.col("key").isNotNull()).select("table_id", "key").distinct()
@@ -194,8 +215,10 @@ def _split_by_change(previous_state: DataFrame, changes: DataFrame) -> tuple[Dat
     truncated = truncated_tables(changes)
     in_truncated_table = F.col("table_id").isin(truncated) if truncated else F.lit(False)
     untouched = previous.where(~in_truncated_table).join(named, ["table_id", "key"], "left_anti")
-    reworked = previous.where(in_truncated_table).unionByName(
-        previous.where(~in_truncated_table).join(named, ["table_id", "key"], "left_semi")
+    reworked = stored_rows(
+        previous.where(in_truncated_table).unionByName(
+            previous.where(~in_truncated_table).join(named, ["table_id", "key"], "left_semi")
+        )
     )
     changed = latest_rows(reworked.drop("deleted").unionByName(changes.select(*S.CHANGELOG_COLUMNS)))
     return untouched, changed

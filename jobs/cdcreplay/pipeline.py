@@ -227,7 +227,8 @@ def _write_state(
     if previous is not None and pipeline.tombstone_retention_days is None and not truncated_tables(changes):
         layers = state_layers(spark, previous)
         if delta_fits(layers, change_count):
-            return write_delta(spark, changed_rows(base_state, changes), previous, layers, path)
+            with changed_rows(base_state, changes) as delta:
+                return write_delta(spark, delta, previous, layers, path)
     merged = merge_with_state(base_state, changes, change_count)
     write_state(purge_tombstones(merged, pipeline.tombstone_retention_days), path)
     return None

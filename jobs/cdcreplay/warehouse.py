@@ -3,7 +3,8 @@
 Layout under ``<warehouse>/<pipeline>/``::
 
     _CURRENT.json                       the published version: which folder holds each table (replaced atomically)
-    versions/<version>/state/           compacted state in changelog form (live rows, tombstones), by table_id hash
+    versions/<version>/state/           compacted state in changelog form (live rows, tombstones), by table_id hash;
+                                        whole, or a base plus the deltas of the runs since (see state_store.py)
     versions/<version>/tables/<table>/  the typed latest-state table users read (Parquet)
     runs/<run_id>/manifest.json         what was read: files, offsets per partition, gaps, duplicates
     runs/<run_id>/summary.json          counts per stage and table, the published version, the verdict
