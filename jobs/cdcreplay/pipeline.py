@@ -139,7 +139,7 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
         unchanged = unchanged_tables(paths, current if base_state is not None else None, layouts, kinds)
         retyped = {table_id: layout for table_id, layout in layouts.items() if table_id not in unchanged}
         for table_id in sorted(unchanged):
-            warehouse.link_table(paths.root / unchanged[table_id]["path"], paths.table_dir(version, table_id))
+            warehouse.link_folder(paths.root / unchanged[table_id]["path"], paths.table_dir(version, table_id))
 
         def write_typed(table_id: str) -> None:
             typed = typed_table(table_state(partitioned_state, table_id), retyped[table_id])

@@ -131,10 +131,10 @@ def write_delta(
     """
     path.mkdir(parents=True, exist_ok=True)
     if _layers_file(previous) is None:
-        warehouse.link_table(previous, path / BASE_LAYER)
+        warehouse.link_folder(previous, path / BASE_LAYER)
     else:
         for layer in previous_layers:
-            warehouse.link_table(previous / layer.folder, path / layer.folder)
+            warehouse.link_folder(previous / layer.folder, path / layer.folder)
     folder = f"delta-{len(previous_layers):03d}"
     write_state(delta, path / folder)
     rows = _row_count(spark, path / folder)

@@ -161,8 +161,9 @@ def _remove_versions_except(paths: PipelinePaths, keep: set[str]) -> None:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def link_table(source: Path, target: Path) -> None:
-    """Give the new version's table folder ``target`` the files of the published folder ``source``, unchanged.
+def link_folder(source: Path, target: Path) -> None:
+    """Give the new version's folder ``target`` (a table's, a state layer's) the files of the published folder
+    ``source``, unchanged.
 
     Hard links: no data is copied, and the files stay when ``source``'s version is removed (a file is deleted with
     its last link). Where the file system has no hard links (or ``source`` is on another one), the files are copied.
