@@ -144,3 +144,30 @@ def test_the_debezium_schema_drives_the_same_rules(spark, tmp_path):
     types, rows = published(spark, tmp_path)
     assert types == {"id": "int", "n": "bigint", "note": "string"}
     assert rows == [{"id": 1, "n": 1, "note": None}, {"id": 2, "n": 9000000000, "note": "x"}]
+
+
+def test_layouts_take_each_columns_newest_declaration_and_count_rows_and_tombstones(spark):
+    """The type stage's one aggregation over the state: per table the columns (key first, each with the type of the
+    newest pattern that declares it), and its live rows and tombstones, also for a table whose every key is deleted."""
+    from test_compaction import change, frame
+
+    from cdcreplay.compaction import latest_rows
+    from cdcreplay.tables import StateCounts, TableLayout, table_layouts
+
+    history = [
+        change("insert", 1, {"id": "1", "v": "a"}, position=(1,), types={"id": "int", "v": "string"}),
+        change(
+            "insert", 2, {"id": "2", "v": "b", "w": "7"}, position=(2,), types={"id": "int", "v": "string", "w": "int"}
+        ),
+        change("insert", 3, {"id": "3", "v": "c", "x": "?"}, position=(3,), types={"id": "bigint", "v": "string"}),
+        change("insert", 4, {"id": "4", "v": "d"}, position=(4,), types={"id": "int", "v": "string"}),
+        change("delete", 4, None, position=(5,)),
+        change("insert", 1, {"id": "1", "v": "g"}, position=(6,), table="db.gone"),
+        change("delete", 1, None, position=(7,), table="db.gone"),
+    ]
+    layouts, counts = table_layouts(latest_rows(frame(spark, history)))
+
+    # id: bigint, declared by the newest live pattern; w: int, declared only by an older one; x: carried, undeclared.
+    columns = (("id", "bigint"), ("v", "string"), ("w", "int"), ("x", "string"))
+    assert layouts == {"db.t": TableLayout("db.t", ("id",), columns)}
+    assert counts == {"db.gone": StateCounts(rows=0, tombstones=1), "db.t": StateCounts(rows=3, tombstones=1)}

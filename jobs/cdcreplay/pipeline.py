@@ -135,7 +135,7 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
         # -- typed tables, audited, then one atomic switch of the published pointer --------------------------------
         # A table this run did not change keeps its typed files (linked into the new version) and its audit: a
         # nightly run costs the tables it touched, not every table of the database.
-        layouts = table_layouts(state)
+        layouts, counts = table_layouts(state)
         unchanged = unchanged_tables(paths, current if base_state is not None else None, layouts, kinds)
         retyped = {table_id: layout for table_id, layout in layouts.items() if table_id not in unchanged}
         for table_id in sorted(unchanged):
@@ -153,20 +153,11 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
                 done.result()  # the first failure ends the run, as one written in sequence would
         conflicts = _write_type_conflicts(spark, state, retyped, run_dir / TYPE_CONFLICTS_FOLDER)
         conflicts.update({table_id: info.get("type_conflicts", 0) for table_id, info in unchanged.items()})
-        counts = {
-            row.table_id: row.asDict()
-            for row in state.groupBy("table_id")
-            .agg(
-                F.sum((~F.col("deleted")).cast("int")).alias("rows"),
-                F.sum(F.col("deleted").cast("int")).alias("tombstones"),
-            )
-            .collect()
-        }
         tables: dict[str, dict] = {}
         for table_id, layout in layouts.items():
             tables[table_id] = {
-                "rows": counts[table_id]["rows"] - conflicts.get(table_id, 0),
-                "tombstones": counts[table_id]["tombstones"],
+                "rows": counts[table_id].rows - conflicts.get(table_id, 0),
+                "tombstones": counts[table_id].tombstones,
                 "type_conflicts": conflicts.get(table_id, 0),
                 "key_columns": list(layout.key_columns),
                 "columns": [list(c) for c in layout.columns],
@@ -175,7 +166,7 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
                 "typed_format": TYPED_TABLE_FORMAT,
             }
         for table_id, row in counts.items():  # tables whose every key is deleted still exist, empty
-            tables.setdefault(table_id, {"rows": 0, "tombstones": row["tombstones"], "key_columns": [], "columns": []})
+            tables.setdefault(table_id, {"rows": 0, "tombstones": row.tombstones, "key_columns": [], "columns": []})
         unit = f"tables typed, {len(unchanged)} unchanged tables kept" if unchanged else "tables typed"
         t = lap("type", t, len(retyped), unit=unit)
 

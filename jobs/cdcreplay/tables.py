@@ -25,28 +25,49 @@ class TableLayout:
     columns: tuple[tuple[str, str], ...]  # (name, Spark type), key columns first
 
 
-def table_layouts(state: DataFrame) -> dict[str, TableLayout]:
-    """Columns and types per table: the latest declaration of each column wins; undeclared columns are strings.
+@dataclass(frozen=True)
+class StateCounts:
+    rows: int  # live rows
+    tombstones: int
+
+
+def table_layouts(state: DataFrame) -> tuple[dict[str, TableLayout], dict[str, StateCounts]]:
+    """Columns and types per table: the latest declaration of each column wins; undeclared columns are strings. And
+    per table (also one whose every key is deleted) its live rows and tombstones, from the same scan.
 
     One narrow aggregation: the live rows of a table share a handful of (declared types, carried columns, key)
-    patterns -- one per schema version -- so they are grouped by pattern with each pattern's newest event, and the
-    patterns are folded on the driver from oldest to newest. The newest declaration of a column is the one of the
-    newest pattern that declares it (every row of a pattern declares the same columns).
+    patterns -- one per schema version -- so they are grouped by pattern with each pattern's newest event and its
+    row count, and the patterns are folded on the driver from oldest to newest. The newest declaration of a column is
+    the one of the newest pattern that declares it (every row of a pattern declares the same columns). A table's
+    tombstones are one group of their own: they declare nothing.
     """
-    live = state.where(~F.col("deleted"))
-    patterns = live.groupBy(
+    live = ~F.col("deleted")
+    patterns = state.groupBy(
         "table_id",
-        F.map_entries("column_types").alias("declared"),
-        F.map_keys("after").alias("carried"),
-        "key_columns",
-    ).agg(F.max(event_order()).alias("newest"))
-    newest_first = Window.partitionBy("table_id").orderBy(F.col("newest").desc())
+        "deleted",
+        F.when(live, F.map_entries("column_types")).alias("declared"),
+        F.when(live, F.map_keys("after")).alias("carried"),
+        F.when(live, F.col("key_columns")).alias("key_columns"),
+    ).agg(F.max(event_order()).alias("newest"), F.count(F.lit(1)).alias("count"))
+    newest_first = Window.partitionBy("table_id", "deleted").orderBy(F.col("newest").desc())
     ranked = patterns.select(
-        "table_id", "declared", "carried", "key_columns", F.row_number().over(newest_first).alias("rank")
+        "table_id",
+        "deleted",
+        "declared",
+        "carried",
+        "key_columns",
+        "count",
+        F.row_number().over(newest_first).alias("rank"),
     ).collect()
     types: dict[str, dict[str, str]] = {}
     keys: dict[str, tuple[str, ...]] = {}
+    rows: dict[str, int] = {}
+    tombstones: dict[str, int] = {}
     for row in sorted(ranked, key=lambda r: (r.table_id, -r.rank)):  # each table's oldest pattern first
+        if row.deleted:
+            tombstones[row.table_id] = tombstones.get(row.table_id, 0) + row["count"]
+            continue
+        rows[row.table_id] = rows.get(row.table_id, 0) + row["count"]
         table_types = types.setdefault(row.table_id, {})
         for column in row.carried or ():
             table_types.setdefault(column, "string")
@@ -54,6 +75,7 @@ def table_layouts(state: DataFrame) -> dict[str, TableLayout]:
             table_types[entry.key] = entry.value
         if row.rank == 1:
             keys[row.table_id] = tuple(row.key_columns)
+    counts = {t: StateCounts(rows.get(t, 0), tombstones.get(t, 0)) for t in sorted({*rows, *tombstones})}
     layouts = {}
     for table_id, key_columns in keys.items():
         table_types = types[table_id]
@@ -61,7 +83,7 @@ def table_layouts(state: DataFrame) -> dict[str, TableLayout]:
             (c, t) for c, t in sorted(table_types.items()) if c not in key_columns
         ]
         layouts[table_id] = TableLayout(table_id, key_columns, tuple(ordered))
-    return layouts
+    return layouts, counts
 
 
 def _live_rows(state: DataFrame, layout: TableLayout) -> DataFrame:
