@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import re
 from datetime import UTC, datetime
 from pathlib import Path
@@ -166,10 +167,20 @@ def published(spark, root) -> dict[str, list[dict]]:
     return {t: sorted((r.asDict() for r in read_table(spark, warehouse, "p", t).collect()), key=str) for t in tables}
 
 
-def test_nights_write_deltas_until_a_limit_and_publish_what_a_full_rebuild_does(spark, tmp_path):
-    summaries = replay_nights(tmp_path, "nightly", sorted(NIGHTS.items()))
+def test_nights_write_deltas_until_a_limit_and_publish_what_a_full_rebuild_does(spark, tmp_path, caplog):
+    with caplog.at_level(logging.INFO, logger="cdcreplay.progress"):
+        summaries = replay_nights(tmp_path, "nightly", sorted(NIGHTS.items()))
     # night 1 a full rebuild; 2 and 3 deltas; 4 truncates: whole; 5 a delta on that; 6 too many changes: whole.
     assert [s["state_deltas"] for s in summaries] == [0, 1, 2, 0, 1, 0]
+    compacted = [r.getMessage().split(" merged, ")[1] for r in caplog.records if "compact: done" in r.getMessage()]
+    assert compacted == [
+        "state written whole",
+        "1 delta on the base state",
+        "2 deltas on the base state",
+        "state written whole",
+        "1 delta on the base state",
+        "state written whole",
+    ]
     assert [(Path(s["state"]) / LAYERS_FILE).exists() for s in summaries] == [False, True, True, False, True, False]
     assert (summaries[2]["tables"]["shop.a"]["rows"], summaries[2]["tables"]["shop.a"]["tombstones"]) == (11, 0)
 

@@ -129,7 +129,8 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
         )
         partitioned_state = read_state(spark, paths.state_dir(version), keep_partition=True)
         state = partitioned_state.drop(STATE_PARTITION)
-        written = f"{len(layers) - 1} deltas on the base state" if layers else "state written whole"
+        deltas = len(layers) - 1 if layers else 0
+        written = f"{deltas} delta{'s' * (deltas > 1)} on the base state" if layers else "state written whole"
         t = lap("compact", t, kinds["changelog_rows"], unit=f"changes merged, {written}")
 
         # -- typed tables, audited, then one atomic switch of the published pointer --------------------------------
