@@ -15,7 +15,7 @@ from archive_helpers import Record, pipeline_config, write_parquet
 from test_compaction import change, frame, whole_state
 
 from cdcreplay.compaction import CARRY_OVER_MAX_CHANGES, changed_rows, latest_rows
-from cdcreplay.entrypoints import EXIT_OK, replay_main
+from cdcreplay.entrypoints import EXIT_OK, reconcile_main, replay_main
 from cdcreplay.state_store import (
     LAYERS_FILE,
     MAX_DELTAS,
@@ -144,16 +144,15 @@ NIGHTS = {
 # fmt: on
 
 
-def replay_nights(tmp_path, folder: str, nights, extra: str = "") -> list[dict]:
-    """Archive and run each night in turn (the first a full rebuild) into ``tmp_path/folder``, keeping every version;
-    their summaries."""
+def replay_nights(tmp_path, folder: str, nights, extra: str = "", keep_versions: int = 10) -> list[dict]:
+    """Archive and run each night in turn (the first a full rebuild) into ``tmp_path/folder``; their summaries."""
     root = tmp_path / folder
     summaries = []
     for day, records in nights:
         stamped = [dataclasses.replace(r, timestamp=datetime(2026, 1, day, 12, tzinfo=UTC)) for r in records]
         write_parquet(stamped, root / "archive" / f"day{day}" / "p.parquet")
         config = pipeline_config(root, "p", "canal-json", root / "archive", extra=extra)
-        config.write_text("keep_versions: 10\n" + config.read_text(encoding="utf-8"), encoding="utf-8")
+        config.write_text(f"keep_versions: {keep_versions}\n" + config.read_text(encoding="utf-8"), encoding="utf-8")
         options = ["--full-rebuild"] if day == 1 else ["--start", f"2026-01-0{day}T00:00:00+00:00"]
         assert replay_main(["--config", str(config), "--run-id", f"n{day}", *options]) == EXIT_OK
         paths = PipelinePaths(str(root / "warehouse"), "p")
@@ -200,3 +199,20 @@ def test_a_pipeline_that_purges_tombstones_writes_its_state_whole(spark, tmp_pat
     )
     assert [s["state_deltas"] for s in summaries] == [0, 0]
     assert not (Path(summaries[1]["state"]) / LAYERS_FILE).exists()
+
+
+def test_with_one_version_kept_a_nights_reconciliation_still_reads_the_state_it_built_on(spark, tmp_path):
+    summaries = replay_nights(tmp_path, "one", [(1, NIGHTS[1]), (2, NIGHTS[2])], keep_versions=1)
+    versions = [s["version"] for s in summaries]
+    root = tmp_path / "one"
+    on_disk = lambda: sorted(p.name for p in (root / "warehouse" / "p" / "versions").iterdir())  # noqa: E731
+    # keep_versions 1 keeps the published version, and the one night 2 built on until the next publish.
+    assert on_disk() == sorted(versions)
+    assert read_current(PipelinePaths(str(root / "warehouse"), "p"))["built_on"] == versions[0]
+    assert summaries[1]["base_state"].startswith(str(root / "warehouse" / "p" / "versions" / versions[0]))
+    assert reconcile_main(["--config", str(root / "p.yaml"), "--run-id", "n2"]) == EXIT_OK
+    reconciled = json.loads(PipelinePaths(str(root / "warehouse"), "p").run_file("n2", "summary.json").read_text())
+    assert reconciled["reconciliation"]["verdict"] == "pass"
+
+    third = replay_nights(tmp_path, "one", [(3, NIGHTS[3])], keep_versions=1)[0]
+    assert on_disk() == sorted([versions[1], third["version"]])  # night 1's version goes with the next publish

@@ -175,7 +175,8 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
     audit = _audit_tables(spark, paths, version, retyped, run_dir)
     audit["unchanged_tables"] = sorted(unchanged)  # passed the suite when they were typed, in typed_in_version
     t = lap("audit", t, sum(r["success"] for r in audit["tables"].values()), len(retyped), "tables passed")
-    pointer = warehouse.publish(paths, version, tables, spec.run_id, config.project.keep_versions)
+    built_on = current["version"] if base_state is not None else None
+    pointer = warehouse.publish(paths, version, tables, spec.run_id, config.project.keep_versions, built_on)
     lap("publish", t, len(pointer["tables"]), unit="tables published")
 
     summary = _summary(pipeline, spec, paths, manifest, timings, started, dry_run=False)

@@ -130,9 +130,19 @@ def write_json_atomically(path: Path, document: dict) -> None:
         raise
 
 
-def publish(paths: PipelinePaths, version: str, tables: dict[str, dict], run_id: str, keep_versions: int) -> dict:
+def publish(
+    paths: PipelinePaths,
+    version: str,
+    tables: dict[str, dict],
+    run_id: str,
+    keep_versions: int,
+    built_on: str | None = None,
+) -> dict:
     """Point readers at ``version`` in one atomic step, then drop every version folder that is not one of the newest
-    ``keep_versions`` published ones -- including the half-written folder of a run that crashed before publishing."""
+    ``keep_versions`` published ones -- including the half-written folder of a run that crashed before publishing.
+
+    ``built_on``: the version whose state this run compacted onto. It stays on disk until the next publish, whatever
+    ``keep_versions`` says: the run's reconciliation reads that state as the history before the run's changes."""
     previous = read_current(paths)
     published_before = (previous.get("history") or [previous["version"]]) if previous else []
     history = [version, *(v for v in published_before if v != version)][:keep_versions]
@@ -147,8 +157,12 @@ def publish(paths: PipelinePaths, version: str, tables: dict[str, dict], run_id:
         },
         "history": history,  # newest first; the versions kept on disk
     }
+    kept = set(history)
+    if built_on is not None and built_on not in kept:
+        pointer["built_on"] = built_on  # kept beside the history until the next publish
+        kept.add(built_on)
     write_json_atomically(paths.current_file, pointer)
-    _remove_versions_except(paths, keep=set(history))
+    _remove_versions_except(paths, keep=kept)
     return pointer
 
 
