@@ -518,10 +518,11 @@ def _pairs_by_scope(tagged: DataFrame, epoch: DataFrame, partial_images: bool) -
     )
 
 
-def _diff_rows(pairs: DataFrame, types: list[str]) -> DataFrame:
+def _diff_rows(pairs: DataFrame, types: list[str], truncates: bool) -> DataFrame:
     """Diff rows from snapshot/incremental pairs: one row per key and epoch with a snapshot read or a live
     incremental value. ``pairs`` has the columns of :func:`_snapshot_side` and :func:`_incremental_side`,
-    ``_touched``, and the epoch's ``_last``, ``_truncates`` and ``_truncated_in_window``."""
+    ``_touched``, and the epoch's ``_last``, ``_truncates`` and ``_truncated_in_window``. ``truncates``: whether any
+    of the epochs has a truncate (without, no key is emptied by one, and no row needs to look)."""
     pairs = pairs.withColumn("_cutoff", F.coalesce(F.col("_s_order"), F.col("_last"))).withColumn(
         # The latest truncate after the key's latest event and before the cutoff empties the key.
         "_truncate",
@@ -530,7 +531,9 @@ def _diff_rows(pairs: DataFrame, types: list[str]) -> DataFrame:
                 "_truncates",
                 lambda t: (t["order"] > F.col("_i_order")) & (t["order"] < F.col("_cutoff")),
             )
-        ),
+        )
+        if truncates
+        else F.lit(None).cast(pairs.schema["_truncates"].dataType.elementType),
     )
     killed = F.col("_truncate").isNotNull()
     live = F.col("_i_order").isNotNull() & ~F.coalesce(F.col("_i_deleted"), F.lit(False)) & ~killed
@@ -608,7 +611,7 @@ def _reconcile_epochs(
     pairs = parts[0]
     for part in parts[1:]:
         pairs = pairs.unionByName(part)
-    return _diff_rows(pairs, types), simple
+    return _diff_rows(pairs, types, truncates=any(row._truncates for row in reconciled)), simple
 
 
 # --------------------------------------------------------------------------------------------------------------------
