@@ -385,3 +385,15 @@ def test_the_one_pass_plan_gives_what_the_per_epoch_plan_gives(spark, rows, one_
     finally:
         fast.release()
         general.release()
+
+
+def test_a_run_without_snapshot_reads_has_nothing_to_reconcile_and_leaves_the_state_unread(spark, tmp_path):
+    # A night of plain changes: no epoch, so the (here absent) base state is not read at all.
+    run_rows = [ev(10, UPD, 1, name="a", amount="1.25"), ev(11, INS, 4, name="d", amount="4.00"), ev(12, DEL, 2)]
+    changelog(spark, run_rows).write.partitionBy("table_id").parquet(str(tmp_path / "changelog"))
+
+    summary = run_reconciliation(spark, tmp_path / "run", str(tmp_path / "changelog"), str(tmp_path / "no-state"))
+    assert summary["verdict"] == "pass"
+    assert summary["tables"] == []
+    assert summary["headline"].startswith("Reconciliation passed: 0 snapshot epoch(s) reconciled, 0 baseline epoch(s)")
+    assert spark.read.parquet(summary["diff_path"]).count() == 0

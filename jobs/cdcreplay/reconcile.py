@@ -715,6 +715,11 @@ def reconcile(changelog_df: DataFrame, *, one_pass: bool = True) -> ReconcileRes
     )
 
 
+def has_snapshot_rows(changelog_df: DataFrame) -> bool:
+    """Whether any event of ``changelog_df`` is a snapshot read (a scan of its ``op`` column, stopping at the first)."""
+    return not changelog_df.where(F.col("op") == schema.OP_SNAPSHOT).isEmpty()
+
+
 def read_changelog(spark: SparkSession, changelog_path: str | list[str], base_state_path: str | None = None):
     """The run's changelog Parquet, plus the base state (earlier history) relabelled as incremental events."""
     contract = schema.struct_type(schema.CHANGELOG_DDL)
@@ -839,6 +844,10 @@ def run_reconciliation(
 
     # Nothing in the reconciliation runs Python over the rows, so Spark's faster Parquet reader can read its input.
     with vectorized_parquet_reads(spark):
+        if base_state_path and not has_snapshot_rows(read_changelog(spark, changelog_path)):
+            # Epochs are made of the run's own snapshot reads (the base state's rows are history, never an epoch):
+            # a night without a snapshot has nothing to compare, and reading the whole state would only say so.
+            base_state_path = None
         plan = plan_reconciliation(read_changelog(spark, changelog_path, base_state_path))
         plan.diff.write.mode("overwrite").parquet(str(diff_path))
         # The metrics, the suite and the report's sample read the diff as written: it is computed once, and not
