@@ -85,8 +85,7 @@ def test_a_night_keeps_the_tables_it_did_not_change_and_publishes_what_a_full_re
         "shop.b": first["version"],
         "shop.c": first["version"],
     }
-    # Kept: the same files (linked; keep_versions 1 already removed the first version), counts and held-back rows.
-    assert not os.path.exists(first["tables"]["shop.b"]["path"])
+    # Kept: the same files (linked), counts and held-back rows.
     assert inodes(second["tables"]["shop.b"]["path"]) == b_files
     assert {t: (i["rows"], i["tombstones"], i["type_conflicts"]) for t, i in second["tables"].items()} == {
         "shop.a": (2, 0, 0),
@@ -105,6 +104,9 @@ def test_a_night_keeps_the_tables_it_did_not_change_and_publishes_what_a_full_re
         "shop.c": third["version"],
     }
     assert third["quality"]["unchanged_tables"] == ["shop.a", "shop.b"]
+    # keep_versions 1: the first version (the second night's base) is gone now, its linked files live on.
+    assert not os.path.exists(first["tables"]["shop.b"]["path"])
+    assert inodes(third["tables"]["shop.b"]["path"]) == b_files
 
     # The same three nights as one full rebuild publish the same rows, provenance included.
     rebuilt = replay(tmp_path, "full", "all", "--full-rebuild")
