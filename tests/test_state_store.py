@@ -21,12 +21,16 @@ from cdcreplay.state_store import (
     MAX_DELTAS,
     Layer,
     delta_fits,
+    local_patterns,
+    local_rows,
+    read_patterns,
     read_state,
     state_layers,
     table_state,
     write_delta,
     write_state,
 )
+from cdcreplay.tables import changed_patterns, layouts_of_patterns, state_patterns, table_layouts
 from cdcreplay.warehouse import PipelinePaths, read_current, read_table
 
 DAY_1 = [
@@ -57,8 +61,8 @@ def inodes(folder) -> set[int]:
 
 def night(spark, previous: Path, path: Path, changes: list[dict]) -> list[Layer]:
     """Write the state at ``path`` as the state at ``previous`` plus the delta of ``changes``; its layers."""
-    with changed_rows(read_state(spark, previous), frame(spark, changes)) as delta:
-        return write_delta(spark, delta, previous, state_layers(spark, previous), path)
+    with changed_rows(read_state(spark, previous), frame(spark, changes)) as change:
+        return write_delta(spark, change.rows, previous, state_layers(spark, previous), path)
 
 
 def test_a_layered_state_reads_as_the_whole_merge_of_its_history(spark, tmp_path):
@@ -171,6 +175,12 @@ def test_nights_write_deltas_until_a_limit_and_publish_what_a_full_rebuild_does(
         summaries = replay_nights(tmp_path, "nightly", sorted(NIGHTS.items()))
     # night 1 a full rebuild; 2 and 3 deltas; 4 truncates: whole; 5 a delta on that; 6 too many changes: whole.
     assert [s["state_deltas"] for s in summaries] == [0, 1, 2, 0, 1, 0]
+    # A delta's table layouts and counts come from the patterns kept with the state it built on, updated with the
+    # rows it changed; every state keeps patterns equal to those of its whole rows.
+    assert [s["layouts_from_delta"] for s in summaries] == [False, True, True, False, True, False]
+    for summary in summaries:
+        kept = local_rows(read_patterns(spark, Path(summary["state"])))["rows"]
+        assert sorted(kept) == sorted(local_rows(state_patterns(read_state(spark, summary["state"])))["rows"])
     compacted = [r.getMessage().split(" merged, ")[1] for r in caplog.records if "compact: done" in r.getMessage()]
     assert compacted == [
         "state written whole",
@@ -216,3 +226,49 @@ def test_with_one_version_kept_a_nights_reconciliation_still_reads_the_state_it_
 
     third = replay_nights(tmp_path, "one", [(3, NIGHTS[3])], keep_versions=1)[0]
     assert on_disk() == sorted([versions[1], third["version"]])  # night 1's version goes with the next publish
+
+
+A_TYPES = {"id": "int", "v": "string"}
+B_TYPES = {"id": "bigint", "v": "string", "w": "int"}
+TWO_PATTERNS = [
+    change("insert", 1, {"id": "1", "v": "a"}, position=(1,), types=A_TYPES),
+    change("insert", 4, {"id": "4", "v": "b", "w": "4"}, position=(2,), types=B_TYPES),
+    change("insert", 3, {"id": "3", "v": "b", "w": "3"}, position=(3,), types=B_TYPES),  # B's newest row
+    change("insert", 2, {"id": "2", "v": "a"}, position=(5,), types=A_TYPES),  # A's newest row, the table's newest
+]
+
+
+def night_patterns(spark, history: list[dict], night: list[dict]):
+    """changed_patterns for ``night`` over the state of ``history``, and the layouts of the whole resulting state."""
+    previous = latest_rows(frame(spark, history))
+    with changed_rows(previous, frame(spark, night)) as change:
+        replaced, written = local_patterns(state_patterns(change.stored)), local_patterns(state_patterns(change.rows))
+    patterns = changed_patterns(local_patterns(state_patterns(previous)), replaced, written)
+    return patterns, table_layouts(latest_rows(frame(spark, history + night)))
+
+
+def test_a_nights_patterns_give_the_layouts_of_the_whole_state_or_none_when_they_cannot(spark):
+    # B's newest row is updated, still as B: B's newest is the night's row. B's bigint id now wins over A's int.
+    patterns, whole = night_patterns(
+        spark, TWO_PATTERNS, [change("update", 3, {"id": "3", "v": "c", "w": "5"}, position=(6,), types=B_TYPES)]
+    )
+    assert layouts_of_patterns(patterns) == whole
+    assert whole[0]["db.t"].columns == (("id", "bigint"), ("v", "string"), ("w", "int"))
+
+    # A key of each pattern changes to the other one, and a new key is inserted: counts move, both newests stand.
+    patterns, whole = night_patterns(
+        spark,
+        TWO_PATTERNS,
+        [
+            change("update", 1, {"id": "1", "v": "c", "w": "1"}, position=(6,), types=B_TYPES),
+            change("update", 4, {"id": "4", "v": "c"}, position=(7,), types=A_TYPES),
+            change("insert", 9, {"id": "9", "v": "c"}, position=(8,), types=A_TYPES),
+        ],
+    )
+    assert layouts_of_patterns(patterns) == whole
+    assert whole[1]["db.t"].rows == 5
+
+    # B's newest row is deleted and no row of B is written: B's new newest is somewhere in its other rows, which only
+    # the whole state knows -- and it decides whether A or B declares id last.
+    patterns, _ = night_patterns(spark, TWO_PATTERNS, [change("delete", 3, None, position=(6,))])
+    assert patterns is None

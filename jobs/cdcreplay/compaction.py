@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import NamedTuple
 
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
@@ -179,11 +180,16 @@ def merge_with_state(
     return untouched.select(*changed.columns).unionByName(changed)
 
 
+class StateChange(NamedTuple):
+    stored: DataFrame  # the previous state's rows of the changed keys (cached)
+    rows: DataFrame  # the keys' new rows
+
+
 @contextmanager
-def changed_rows(previous_state: DataFrame, changes: DataFrame) -> Iterator[DataFrame]:
+def changed_rows(previous_state: DataFrame, changes: DataFrame) -> Iterator[StateChange]:
     """The new state rows of the keys ``changes`` names, and of every key of a table they truncate: what a run
-    changed in the state (a night's delta, see ``state_store``), to be used inside the block. Every other key keeps
-    its row in ``previous_state``.
+    changed in the state (a night's delta, see ``state_store``), with the stored rows they replace, to be used inside
+    the block. Every other key keeps its row in ``previous_state``.
 
     Each is the compaction of the key's stored row with its changes, so a partial image is completed from the
     stored row, and the row is the key's latest as of this run. Finding the stored rows reads the whole previous
@@ -197,7 +203,8 @@ def changed_rows(previous_state: DataFrame, changes: DataFrame) -> Iterator[Data
         return kept[-1]
 
     try:
-        yield _split_by_change(previous_state, changes, stored_rows=keep)[1]
+        changed = _split_by_change(previous_state, changes, stored_rows=keep)[1]
+        yield StateChange(stored=kept[0], rows=changed)
     finally:
         for rows in kept:
             rows.unpersist()

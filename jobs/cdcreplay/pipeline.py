@@ -26,13 +26,24 @@ from cdcreplay.state_store import (
     STATE_PARTITION,
     Layer,
     delta_fits,
+    local_patterns,
+    read_patterns,
     read_state,
+    save_patterns,
     state_layers,
     table_state,
     write_delta,
     write_state,
 )
-from cdcreplay.tables import TYPED_TABLE_FORMAT, TableLayout, table_layouts, type_conflicts, typed_table
+from cdcreplay.tables import (
+    TYPED_TABLE_FORMAT,
+    TableLayout,
+    changed_patterns,
+    layouts_of_patterns,
+    state_patterns,
+    type_conflicts,
+    typed_table,
+)
 
 
 class AccountingError(RuntimeError):
@@ -124,7 +135,7 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
         changes = _read_decoded(spark, paths, spec.run_id, KIND_CHANGE, changelog_only=True)
         version = warehouse.new_version(spec.run_id)
         previous = paths.root / current["state"] if base_state is not None else None
-        layers = _write_state(
+        layers, night_patterns = _write_state(
             spark, paths.state_dir(version), previous, base_state, changes, kinds["changelog_rows"], pipeline
         )
         partitioned_state = read_state(spark, paths.state_dir(version), keep_partition=True)
@@ -136,7 +147,10 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
         # -- typed tables, audited, then one atomic switch of the published pointer --------------------------------
         # A table this run did not change keeps its typed files (linked into the new version) and its audit: a
         # nightly run costs the tables it touched, not every table of the database.
-        layouts, counts = table_layouts(state)
+        # What the tables' columns and counts need of the whole state: updated from the night's rows where it can be
+        # (see tables.changed_patterns), and kept with the state for the next night.
+        patterns = night_patterns if night_patterns is not None else state_patterns(state)
+        layouts, counts = layouts_of_patterns(save_patterns(patterns, paths.state_dir(version)))
         unchanged = unchanged_tables(paths, current if base_state is not None else None, layouts, kinds)
         retyped = {table_id: layout for table_id, layout in layouts.items() if table_id not in unchanged}
         for table_id in sorted(unchanged):
@@ -186,6 +200,7 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
             "base_state": str(previous) if previous is not None else None,
             "state": str(paths.state_dir(version)),
             "state_deltas": len(layers) - 1 if layers else 0,  # runs' deltas over a base state, see state_store
+            "layouts_from_delta": night_patterns is not None,  # not from an aggregation of the whole state
             "tables": {
                 tid: {**info, "path": str(paths.root / pointer["tables"][tid]["path"])} for tid, info in tables.items()
             },
@@ -213,18 +228,32 @@ def _write_state(
     changes: DataFrame,
     change_count: int,
     pipeline: PipelineConfig,
-) -> list[Layer] | None:
+) -> tuple[list[Layer] | None, DataFrame | None]:
     """Write the new version's state at ``path``: the previous state's layers and this run's delta when one more
-    fits (``state_store``), else whole. Its layers, or None when written whole (a full rebuild has no ``previous``).
+    fits (``state_store``), else whole. Its layers, or None when written whole (a full rebuild has no ``previous``);
+    and with a delta, the new state's patterns (``tables.state_patterns``) from the previous state's and the rows the
+    delta changed, or None where they need the whole state.
     """
     if previous is not None and pipeline.tombstone_retention_days is None and not truncated_tables(changes):
         layers = state_layers(spark, previous)
         if delta_fits(layers, change_count):
-            with changed_rows(base_state, changes) as delta:
-                return write_delta(spark, delta, previous, layers, path)
+            with changed_rows(base_state, changes) as change:
+                written = write_delta(spark, change.rows, previous, layers, path)
+                replaced = local_patterns(state_patterns(change.stored))  # while the stored rows are cached
+            delta = path / written[-1].folder if len(written) > len(layers) else None  # None: no key changed
+            return written, _patterns_after_delta(spark, previous, delta, replaced)
     merged = merge_with_state(base_state, changes, change_count)
     write_state(purge_tombstones(merged, pipeline.tombstone_retention_days), path)
-    return None
+    return None, None
+
+
+def _patterns_after_delta(spark: SparkSession, previous: Path, delta: Path | None, replaced: DataFrame):
+    """The patterns of the state at ``previous`` with the ``delta`` layer written over it in place of the stored rows
+    whose patterns are ``replaced`` (no delta: the same state); None without the previous state's patterns."""
+    kept = read_patterns(spark, previous)
+    if kept is None or delta is None:
+        return kept
+    return changed_patterns(kept, replaced, state_patterns(spark.read.parquet(str(delta))))
 
 
 def unchanged_tables(

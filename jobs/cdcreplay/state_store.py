@@ -36,6 +36,7 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from cdcreplay import warehouse
 from cdcreplay.compaction import CARRY_OVER_MAX_CHANGES
@@ -44,6 +45,9 @@ from cdcreplay.compaction import CARRY_OVER_MAX_CHANGES
 # longer than a file name can be (MySQL allows 64 + 64 characters, 3 bytes each in UTF-8). table_id stays a column.
 STATE_PARTITION = "table_hash"
 LAYERS_FILE = "_LAYERS.json"
+# The state's patterns (cdcreplay.tables.state_patterns): what the type stage needs of the whole state, kept so that a
+# night can update them from the rows it changed instead of aggregating the whole state again.
+PATTERNS_FILE = "_PATTERNS.json"
 BASE_LAYER = "base"
 MAX_DELTAS = 10
 MAX_DELTA_SHARE = 0.5
@@ -132,6 +136,7 @@ def write_delta(
     path.mkdir(parents=True, exist_ok=True)
     if _layers_file(previous) is None:
         warehouse.link_folder(previous, path / BASE_LAYER)
+        (path / BASE_LAYER / PATTERNS_FILE).unlink(missing_ok=True)  # the patterns are of the whole state, not a layer
     else:
         for layer in previous_layers:
             warehouse.link_folder(previous / layer.folder, path / layer.folder)
@@ -143,6 +148,41 @@ def write_delta(
         shutil.rmtree(path / folder)
     warehouse.write_json_atomically(path / LAYERS_FILE, {"layers": [asdict(layer) for layer in layers]})
     return layers
+
+
+def save_patterns(patterns: DataFrame, path: Path) -> DataFrame:
+    """Compute the patterns of the state at ``path`` (a small aggregation, or a frame made by
+    :func:`cdcreplay.tables.changed_patterns`) once, and keep them there; them, as a frame of local rows."""
+    document = local_rows(patterns)
+    warehouse.write_json_atomically(path / PATTERNS_FILE, document)
+    return _frame(patterns.sparkSession, document)
+
+
+def read_patterns(spark: SparkSession, path: Path) -> DataFrame | None:
+    """The patterns kept with the state at ``path``; None for a state written without (by an earlier release)."""
+    try:
+        document = json.loads((path / PATTERNS_FILE).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    return _frame(spark, document)
+
+
+def local_patterns(patterns: DataFrame) -> DataFrame:
+    """``patterns`` computed now, as a frame of local rows (the rows they come from may not outlive the call)."""
+    return _frame(patterns.sparkSession, local_rows(patterns))
+
+
+def local_rows(df: DataFrame) -> dict:
+    """A small frame's rows as JSON text, with its schema: Spark writes and reads the text, so every value (a
+    decimal position, a nested struct) comes back as it was."""
+    rows = df.select(F.to_json(F.struct("*")).alias("row")).collect()
+    return {"schema": df.schema.json(), "rows": [r.row for r in rows]}
+
+
+def _frame(spark: SparkSession, document: dict) -> DataFrame:
+    schema = StructType.fromJson(json.loads(document["schema"]))
+    text = spark.createDataFrame([(row,) for row in document["rows"]], "row string")
+    return text.select(F.from_json("row", schema).alias("r")).select("r.*")
 
 
 def _layers_file(path: Path) -> list[Layer] | None:

@@ -31,24 +31,84 @@ class StateCounts:
     tombstones: int
 
 
-def table_layouts(state: DataFrame) -> tuple[dict[str, TableLayout], dict[str, StateCounts]]:
-    """Columns and types per table: the latest declaration of each column wins; undeclared columns are strings. And
-    per table (also one whose every key is deleted) its live rows and tombstones, from the same scan.
+# What groups the rows of a table into patterns (see table_layouts). A tombstone declares nothing: a table's
+# tombstones are one group of their own.
+PATTERN_KEY = ("table_id", "deleted", "declared", "carried", "key_columns")
 
-    One narrow aggregation: the live rows of a table share a handful of (declared types, carried columns, key)
-    patterns -- one per schema version -- so they are grouped by pattern with each pattern's newest event and its
-    row count, and the patterns are folded on the driver from oldest to newest. The newest declaration of a column is
-    the one of the newest pattern that declares it (every row of a pattern declares the same columns). A table's
-    tombstones are one group of their own: they declare nothing.
-    """
+
+def state_patterns(rows: DataFrame) -> DataFrame:
+    """The patterns of state rows (changelog columns + deleted): per table, (declared types, carried columns, key
+    columns) of its live rows, and its tombstones, each with its newest event and its row count."""
     live = ~F.col("deleted")
-    patterns = state.groupBy(
+    return rows.groupBy(
         "table_id",
         "deleted",
         F.when(live, F.map_entries("column_types")).alias("declared"),
         F.when(live, F.map_keys("after")).alias("carried"),
         F.when(live, F.col("key_columns")).alias("key_columns"),
     ).agg(F.max(event_order()).alias("newest"), F.count(F.lit(1)).alias("count"))
+
+
+def changed_patterns(previous: DataFrame, replaced: DataFrame, written: DataFrame) -> DataFrame | None:
+    """The patterns of a state that is ``previous``'s state with the rows whose patterns are ``replaced`` swapped for
+    rows whose patterns are ``written`` (a night's delta: the changed keys' stored rows, and their new rows). All
+    three are :func:`state_patterns` frames, and small: this is a night's cost, not the state's.
+
+    Counts add up. A pattern's newest event may be one of the replaced rows, though, and then its new newest is one
+    of its remaining rows, which only the whole state knows: the answer is then None, and the caller aggregates the
+    whole state. (The newest events order a table's patterns: the newest declaration of a column wins.) That takes a
+    live pattern whose newest row changed tonight to another pattern or a delete, with no row of that pattern
+    written tonight: rare, as a night's rows of a pattern are newer than its earlier ones.
+    """
+    none = F.lit(None).cast(previous.schema["newest"].dataType)
+
+    def side(patterns: DataFrame, kept=none, written=none, replaced=none, sign: int = 1) -> DataFrame:
+        newest = (kept.alias("kept_newest"), written.alias("written_newest"), replaced.alias("replaced_newest"))
+        return patterns.select(*PATTERN_KEY, *newest, (F.col("count") * sign).alias("count"))
+
+    newest = F.col("newest")
+    combined = (
+        side(previous, kept=newest)
+        .unionByName(side(written, written=newest))
+        .unionByName(side(replaced, replaced=newest, sign=-1))
+    )
+    totals = (
+        combined.groupBy(*PATTERN_KEY)
+        .agg(
+            F.max("kept_newest").alias("kept_newest"),
+            F.max("written_newest").alias("written_newest"),
+            F.max("replaced_newest").alias("replaced_newest"),
+            F.sum("count").alias("count"),
+        )
+        .where(F.col("count") > 0)
+    )
+    # The previous newest still stands unless a replaced row was it (or tied with it) and no written row outdoes it.
+    kept, written_newest, replaced_newest = F.col("kept_newest"), F.col("written_newest"), F.col("replaced_newest")
+    certain = kept.isNull() | replaced_newest.isNull() | (replaced_newest < kept) | (written_newest >= kept)
+    result = totals.select(
+        *PATTERN_KEY, F.greatest(kept, written_newest).alias("newest"), "count", certain.alias("_certain")
+    ).collect()
+    if any(not row._certain and not row.deleted for row in result):  # a tombstone group's newest orders nothing
+        return None
+    spark = previous.sparkSession
+    return spark.createDataFrame([row[:-1] for row in result], previous.select(*PATTERN_KEY, "newest", "count").schema)
+
+
+def table_layouts(state: DataFrame) -> tuple[dict[str, TableLayout], dict[str, StateCounts]]:
+    """Columns and types per table: the latest declaration of each column wins; undeclared columns are strings. And
+    per table (also one whose every key is deleted) its live rows and tombstones, from the same scan.
+
+    One narrow aggregation: the live rows of a table share a handful of (declared types, carried columns, key)
+    patterns -- one per schema version -- so they are grouped by pattern (:func:`state_patterns`) and the patterns
+    are folded on the driver (:func:`layouts_of_patterns`).
+    """
+    return layouts_of_patterns(state_patterns(state))
+
+
+def layouts_of_patterns(patterns: DataFrame) -> tuple[dict[str, TableLayout], dict[str, StateCounts]]:
+    """:func:`table_layouts` of the state whose patterns are ``patterns``: folded from each table's oldest pattern
+    to its newest. The newest declaration of a column is the one of the newest pattern that declares it (every row of
+    a pattern declares the same columns)."""
     newest_first = Window.partitionBy("table_id", "deleted").orderBy(F.col("newest").desc())
     ranked = patterns.select(
         "table_id",
