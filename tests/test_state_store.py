@@ -272,3 +272,8 @@ def test_a_nights_patterns_give_the_layouts_of_the_whole_state_or_none_when_they
     # the whole state knows -- and it decides whether A or B declares id last.
     patterns, _ = night_patterns(spark, TWO_PATTERNS, [change("delete", 3, None, position=(6,))])
     assert patterns is None
+
+    # Patterns that do not count the rows the night replaced are not the state's: never trusted.
+    stale = local_patterns(state_patterns(latest_rows(frame(spark, TWO_PATTERNS[:1]))))
+    replaced = local_patterns(state_patterns(latest_rows(frame(spark, TWO_PATTERNS))))
+    assert changed_patterns(stale, replaced, stale) is None

@@ -80,7 +80,7 @@ def changed_patterns(previous: DataFrame, replaced: DataFrame, written: DataFram
             F.max("replaced_newest").alias("replaced_newest"),
             F.sum("count").alias("count"),
         )
-        .where(F.col("count") > 0)
+        .where(F.col("count") != 0)  # a pattern whose rows were all replaced is gone
     )
     # The previous newest still stands unless a replaced row was it (or tied with it) and no written row outdoes it.
     kept, written_newest, replaced_newest = F.col("kept_newest"), F.col("written_newest"), F.col("replaced_newest")
@@ -89,6 +89,10 @@ def changed_patterns(previous: DataFrame, replaced: DataFrame, written: DataFram
         *PATTERN_KEY, F.greatest(kept, written_newest).alias("newest"), "count", certain.alias("_certain")
     ).collect()
     if any(not row._certain and not row.deleted for row in result):  # a tombstone group's newest orders nothing
+        return None
+    if any(row["count"] < 0 for row in result):
+        # More rows replaced than the kept patterns counted: they are not the patterns of the state the night built
+        # on. Never the case when the state and its patterns were written together; trust the whole state then.
         return None
     spark = previous.sparkSession
     return spark.createDataFrame([row[:-1] for row in result], previous.select(*PATTERN_KEY, "newest", "count").schema)
