@@ -169,7 +169,7 @@ def read_patterns(spark: SparkSession, path: Path) -> DataFrame | None:
 
 def local_patterns(patterns: DataFrame) -> DataFrame:
     """``patterns`` computed now, as a frame of local rows (the rows they come from may not outlive the call)."""
-    return _frame(patterns.sparkSession, local_rows(patterns))
+    return patterns.sparkSession.createDataFrame(patterns.collect(), patterns.schema)
 
 
 def local_rows(df: DataFrame) -> dict:

@@ -38,7 +38,8 @@ PATTERN_KEY = ("table_id", "deleted", "declared", "carried", "key_columns")
 
 def state_patterns(rows: DataFrame) -> DataFrame:
     """The patterns of state rows (changelog columns + deleted): per table, (declared types, carried columns, key
-    columns) of its live rows, and its tombstones, each with its newest event and its row count."""
+    columns) of its live rows with their newest event, and its tombstones; each with its row count. Tombstones have
+    no newest event: only live patterns are ordered."""
     live = ~F.col("deleted")
     return rows.groupBy(
         "table_id",
@@ -46,7 +47,7 @@ def state_patterns(rows: DataFrame) -> DataFrame:
         F.when(live, F.map_entries("column_types")).alias("declared"),
         F.when(live, F.map_keys("after")).alias("carried"),
         F.when(live, F.col("key_columns")).alias("key_columns"),
-    ).agg(F.max(event_order()).alias("newest"), F.count(F.lit(1)).alias("count"))
+    ).agg(F.max(F.when(live, event_order())).alias("newest"), F.count(F.lit(1)).alias("count"))
 
 
 def changed_patterns(previous: DataFrame, replaced: DataFrame, written: DataFrame) -> DataFrame | None:
@@ -88,7 +89,7 @@ def changed_patterns(previous: DataFrame, replaced: DataFrame, written: DataFram
     result = totals.select(
         *PATTERN_KEY, F.greatest(kept, written_newest).alias("newest"), "count", certain.alias("_certain")
     ).collect()
-    if any(not row._certain and not row.deleted for row in result):  # a tombstone group's newest orders nothing
+    if not all(row._certain for row in result):
         return None
     if any(row["count"] < 0 for row in result):
         # More rows replaced than the kept patterns counted: they are not the patterns of the state the night built
