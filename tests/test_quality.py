@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from functools import reduce
 
 import pytest
 
@@ -124,6 +125,58 @@ def test_a_suite_validates_only_the_columns_it_reads(spark):
         assert quality._narrowed(df, suite).columns == df.columns
     absent = [{"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "absent"}}]
     assert quality._narrowed(df, absent).columns == df.columns
+
+
+def _plan_above_cache(df) -> str:
+    """The physical plan of ``df`` down to its scan of a cache (the cached plan itself is printed below it)."""
+    return df._jdf.queryExecution().executedPlan().toString().split("InMemoryTableScan")[0]
+
+
+def test_a_suite_with_a_uniqueness_check_caches_its_frame_clustered_by_the_key(spark):
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    diff_suite = quality.render_expectations(quality.load_suite_config("reconciliation_diff"))
+    df = diff_frame(spark, [(f'["{n % 10}"]', "match") for n in range(12)])  # keys 0 and 1 twice
+    narrowed = quality._narrowed(df, diff_suite)
+    clustered = quality._clustered_for_uniqueness(narrowed, diff_suite)
+    assert sorted(clustered.collect()) == sorted(narrowed.collect())  # the same rows
+
+    # GX's Spark query for compound uniqueness, as it writes it: the rows not all NULL in the columns (its default
+    # ignore_row_if), a count over a window partitioned by a struct of the columns.
+    columns = ["table_id", "epoch_no", "key"]
+    unique = F.count(F.lit(1)).over(Window.partitionBy(F.struct(*columns))) <= 1
+
+    def duplicates(frame):
+        domain = frame.filter(~reduce(lambda a, b: a & b, [F.col(c).isNull() for c in columns]))
+        return domain.withColumn("__unexpected", ~unique).filter(F.col("__unexpected"))
+
+    with quality._cached_while_validated(clustered):
+        # Over the clustered cache, computed before the query is planned, the window needs no shuffle or sort.
+        plan = _plan_above_cache(duplicates(clustered))
+        assert "Window" in plan and "Exchange" not in plan and "Sort" not in plan
+        assert sorted(row.key for row in duplicates(clustered).collect()) == ['["0"]', '["0"]', '["1"]', '["1"]']
+    assert not clustered.storageLevel.useMemory and not clustered.storageLevel.useDisk  # not left cached
+    with quality._cached_while_validated(narrowed):
+        assert "Exchange hashpartitioning" in _plan_above_cache(duplicates(narrowed))  # unclustered: a shuffle
+
+    # A frame the caller cached stays cached.
+    mine = df.persist()
+    try:
+        with quality._cached_while_validated(mine):
+            pass
+        assert mine.storageLevel.useMemory
+    finally:
+        mine.unpersist()
+
+    # One key column: GX windows by the column itself. Names with dots and backticks are taken whole.
+    single = [{"type": "expect_column_values_to_be_unique", "kwargs": {"column": "a.b"}}]
+    hostile = spark.createDataFrame([(1, 2), (1, 3), (2, 4)], "`a.b` int, `c``d` int")
+    assert sorted(quality._clustered_for_uniqueness(hostile, single).collect()) == [(1, 2), (1, 3), (2, 4)]
+    # No uniqueness check, or one on a column the frame lacks: the frame as it is.
+    absent = [{"type": "expect_column_values_to_be_unique", "kwargs": {"column": "absent"}}]
+    for suite in (absent, diff_suite[:1]):
+        assert quality._clustered_for_uniqueness(df, suite) is df
 
 
 def test_store_files_a_killed_run_left_half_written_are_written_again(spark, tmp_path):

@@ -298,13 +298,13 @@ class SuiteRunner:
         label = _unique(_safe(suite_label or suite_name), self._labels)
         expectations = render_expectations(config, parameters)
         suite = self.context.suites.add_or_update(_build_suite(label, config, expectations))
-        df = _narrowed(df, expectations)
+        df = _clustered_for_uniqueness(_narrowed(df, expectations), expectations)
         asset = self.source.add_dataframe_asset(_unique(_safe(asset_name or label), self._assets))
         batch_definition = asset.add_batch_definition_whole_dataframe("whole_dataframe")
         validation = self.context.validation_definitions.add(
             gx.ValidationDefinition(name=f"{label}-validation", data=batch_definition, suite=suite)
         )
-        with limits_use_every_core(df.sparkSession):
+        with limits_use_every_core(df.sparkSession), _cached_while_validated(df):
             outcome = validation.run(
                 batch_parameters={"dataframe": df},
                 result_format={"result_format": "SUMMARY"},
@@ -352,7 +352,68 @@ def _narrowed(df, expectations: list[dict]):
     columns = columns_read(expectations)
     if columns is None or not set(columns) <= set(df.columns) or len(columns) == len(df.columns):
         return df
-    return df.select(*["`" + name.replace("`", "``") + "`" for name in columns])  # names may hold dots
+    return df.select(*[_quoted(name) for name in columns])
+
+
+def _quoted(name: str) -> str:
+    """A column name as Spark resolves it literally (names may hold dots)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _uniqueness_partitioning(df, expectations: list[dict]):
+    """The window partitioning GX's Spark metric gives the suite's first uniqueness check on ``df``:
+    ``struct(columns)`` for compound columns, the column itself for one. None without such a check (or when a column
+    it names is not in ``df``: GX reports that in its own words)."""
+    from pyspark.sql import functions as F
+
+    for expectation in expectations:
+        kwargs = expectation.get("kwargs") or {}
+        if kwargs.get("row_condition"):
+            continue  # a filtered check windows the rows its condition keeps: left as GX runs it
+        if expectation["type"] == "expect_compound_columns_to_be_unique":
+            columns = list(kwargs["column_list"])
+            partitioning = F.struct(*[_quoted(name) for name in columns])
+        elif expectation["type"] == "expect_column_values_to_be_unique":
+            columns = [kwargs["column"]]
+            partitioning = F.col(_quoted(kwargs["column"]))
+        else:
+            continue
+        return partitioning if set(columns) <= set(df.columns) else None
+    return None
+
+
+def _clustered_for_uniqueness(df, expectations: list[dict]):
+    """``df`` hash-partitioned and sorted the way the suite's uniqueness check windows it, when it has one.
+
+    GX checks uniqueness with a count over a window partitioned by the key, and runs that window twice: once to
+    count the duplicate rows, once for its sample of them (a passing check's sample scans every row to find none).
+    Each window shuffled and sorted the whole frame (6-7 s at 5M rows). GX caches the frame it validates; cached
+    this way, both windows read the cache as it is, with no shuffle or sort of their own. The rows are the same.
+    """
+    partitioning = _uniqueness_partitioning(df, expectations)
+    if partitioning is None:
+        return df
+    return df.repartition(partitioning).sortWithinPartitions(partitioning)
+
+
+@contextlib.contextmanager
+def _cached_while_validated(df):
+    """``df`` cached and computed before GX plans its queries, and dropped from the cache after them.
+
+    GX caches the frame it validates (and never lets go of it: a run's audited tables would all stay cached until
+    the session ends). Computed up front, the cache also tells Spark how its rows are partitioned, which a query
+    planned while the cache is still empty does not know (see :func:`_clustered_for_uniqueness`). A frame the caller
+    cached is left as it is.
+    """
+    if df.storageLevel.useMemory or df.storageLevel.useDisk:
+        yield
+        return
+    df.persist()
+    try:
+        df.count()
+        yield
+    finally:
+        df.unpersist()
 
 
 def _unique(name: str, taken: set[str]) -> str:
