@@ -397,3 +397,79 @@ def test_a_run_without_snapshot_reads_has_nothing_to_reconcile_and_leaves_the_st
     assert summary["tables"] == []
     assert summary["headline"].startswith("Reconciliation passed: 0 snapshot epoch(s) reconciled, 0 baseline epoch(s)")
     assert spark.read.parquet(summary["diff_path"]).count() == 0
+
+
+def test_a_base_state_is_read_by_the_diff_alone_its_facts_stand_in_for_it(spark, tmp_path):
+    """The epochs are found from the run's changes and the base state's facts: kept with the state (its patterns,
+    as a run publishes it) or aggregated from its rows. A table whose run holds only its snapshot reads is joined
+    with its state rows. Either gives what reconciling the base state's rows and the run's changes as one changelog
+    gives (where every such table is sorted by key in one pass)."""
+    from cdcreplay.reconcile import plan_reconciliation, read_changelog, read_history
+    from cdcreplay.state_store import save_patterns, write_state
+    from cdcreplay.tables import state_patterns
+
+    no_amount_type = {"id": "int", "name": "string"}
+    base_rows = [
+        # ORDERS: the state declares amount a decimal, the snapshot does not: "2.5" and "2.50" are the same value.
+        ev(1, INS, 1, name="a", amount="2.5"),
+        ev(2, INS, 2, name="b", amount="3.00"),
+        ev(20, INS, 3, offset=25, name="c", amount="1.00"),  # written while the snapshot was read: in flight
+        # ITEMS: one state row is newer than the snapshot's first read, one older: not a baseline.
+        ev(5, INS, 1, table=ITEMS, name="a", amount="1.00"),
+        ev(50, INS, 2, table=ITEMS, name="b", amount="2.00"),
+        # EPOCHS: every state row is newer than the snapshot's first read: a baseline.
+        ev(50, INS, 1, table=EPOCHS, name="a", amount="1.00"),
+        ev(60, INS, 2, table=EPOCHS, name="b", amount="2.00"),
+        # CALM: tombstones only (no live row has a newest order to go by).
+        ev(3, DEL, 1, table=CALM),
+        # GREEDY: a partial image (no `name`): the table takes the general plan.
+        ev(4, INS, 1, table=GREEDY, amount="1.00"),
+    ]
+    run_rows = [
+        ev(20, SNAP, 1, types=no_amount_type, name="a", amount="2.50"),
+        ev(21, SNAP, 2, types=no_amount_type, name="b", amount="3.10"),
+        ev(20, SNAP, 1, table=ITEMS, name="a", amount="1.00"),
+        ev(21, SNAP, 2, table=ITEMS, name="b", amount="2.00"),
+        ev(20, SNAP, 1, table=EPOCHS, name="a", amount="1.00"),
+        ev(21, SNAP, 2, table=EPOCHS, name="b", amount="2.00"),
+        ev(20, SNAP, 1, table=CALM, name="a", amount="1.00"),
+        ev(20, SNAP, 1, table=GREEDY, name="a", amount="1.00"),
+    ]
+    changelog(spark, run_rows).write.parquet(str(tmp_path / "changelog"))
+    state = changelog(spark, base_rows).selectExpr("*", "op = 'delete' AS deleted")
+    for name in ("plain", "with-patterns"):
+        write_state(state, tmp_path / name)
+    save_patterns(state_patterns(spark.read.parquet(str(tmp_path / "with-patterns"))), tmp_path / "with-patterns")
+
+    run = read_changelog(spark, str(tmp_path / "changelog"))
+    outcomes = []
+    for name in ("plain", "with-patterns"):
+        history = read_history(spark, str(tmp_path / name))
+        with_history = plan_reconciliation(run, history=history)
+        as_one_changelog = plan_reconciliation(history.events.unionByName(run))
+        assert (with_history.joined_tables, with_history.one_pass_tables) == ([CALM, ITEMS, ORDERS], [])
+        assert (as_one_changelog.joined_tables, as_one_changelog.one_pass_tables) == ([], [CALM, ITEMS, ORDERS])
+        for plan in (with_history, as_one_changelog):
+            rows = sorted(
+                (r.asDict(recursive=True) for r in plan.diff.collect()), key=lambda r: (r["table_id"], r["key"])
+            )
+            outcomes.append((rows, plan.metrics(plan.diff)))
+    assert all(outcome == outcomes[0] for outcome in outcomes[1:])
+
+    rows, metrics = outcomes[0]
+    assert [(m["table_id"], m["kind"], m["verdict"]) for m in metrics] == [
+        (CALM, "reconciled", "fail"),
+        (EPOCHS, "baseline", "baseline"),
+        (GREEDY, "reconciled", "pass"),
+        (ITEMS, "reconciled", "fail"),
+        (ORDERS, "reconciled", "fail"),
+    ]
+    assert [(r["table_id"], r["key"], r["status"], r["differing_columns"]) for r in rows] == [
+        (CALM, '["1"]', "missing_in_incremental", []),
+        (GREEDY, '["1"]', "match", []),  # `name` was not carried by the partial image: not compared
+        (ITEMS, '["1"]', "match", []),
+        (ITEMS, '["2"]', "missing_in_incremental", []),
+        (ORDERS, '["1"]', "match", []),
+        (ORDERS, '["2"]', "mismatch", [{"column": "amount", "snapshot_value": "3.10", "incremental_value": "3.00"}]),
+        (ORDERS, '["3"]', "in_flight", []),
+    ]

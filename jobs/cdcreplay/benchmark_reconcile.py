@@ -1,10 +1,10 @@
 """Reconciliation at size: an N-row snapshot read against an N-row incremental state, with known differences.
 
 ``cdcreplay benchmark --reconcile-rows 5000000`` builds, with Spark alone, one table's published state of N keys
-(what earlier runs compacted: inserts at positions 0..N-1) and a snapshot read of that table taken after it (Debezium
-``op=r`` rows at positions N..2N-1), then times :func:`cdcreplay.reconcile.run_reconciliation` -- the same call the
-reconcile task makes, with the state as its base state -- and checks the counts it reports against the differences
-planted in the snapshot:
+(what earlier runs compacted: inserts at positions 0..N-1; kept with its patterns, as a run publishes it) and a
+snapshot read of that table taken after it (Debezium ``op=r`` rows at positions N..2N-1), then times
+:func:`cdcreplay.reconcile.run_reconciliation` -- the same call the reconcile task makes, with the state as its base
+state -- and checks the counts it reports against the differences planted in the snapshot:
 
 - every ``DIFFERENCE_PERIOD``-th key + ``MISMATCH_AT`` reads another amount -> ``mismatch`` (column ``amount``);
 - every ``DIFFERENCE_PERIOD``-th key + ``UNREAD_AT`` is not read -> ``missing_in_snapshot``;
@@ -22,7 +22,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdcreplay import schema as S
-from cdcreplay.state_store import write_state
+from cdcreplay.state_store import read_state, save_patterns, write_state
+from cdcreplay.tables import state_patterns
 
 TABLE_ID = "bench.items"
 COLUMN_TYPES = {"id": "bigint", "name": "string", "amount": "decimal(12,2)"}
@@ -82,6 +83,8 @@ def write_inputs(spark: SparkSession, work: Path, rows: int, period: int = DIFFE
     amount_cents = F.col("id") % 1_000_000 + 100
     state = _rows(state_ids, S.OP_INSERT, 0, amount_cents).withColumn("deleted", F.lit(False))
     write_state(state, state_path)
+    # A run publishes its state with the state's patterns; the reconciliation takes the state's facts from them.
+    save_patterns(state_patterns(read_state(spark, state_path)), state_path)
 
     phase = F.col("id") % period
     read = spark.range(rows + rows // period).where((F.col("id") >= rows) | (phase != UNREAD_AT))
