@@ -151,23 +151,29 @@ def test_a_suite_with_a_uniqueness_check_caches_its_frame_clustered_by_the_key(s
         domain = frame.filter(~reduce(lambda a, b: a & b, [F.col(c).isNull() for c in columns]))
         return domain.withColumn("__unexpected", ~unique).filter(F.col("__unexpected"))
 
-    with quality._cached_while_validated(clustered):
+    with quality._cached_while_validated(clustered, compute_first=True):
         # Over the clustered cache, computed before the query is planned, the window needs no shuffle or sort.
         plan = _plan_above_cache(duplicates(clustered))
         assert "Window" in plan and "Exchange" not in plan and "Sort" not in plan
         assert sorted(row.key for row in duplicates(clustered).collect()) == ['["0"]', '["0"]', '["1"]', '["1"]']
     assert not clustered.storageLevel.useMemory and not clustered.storageLevel.useDisk  # not left cached
-    with quality._cached_while_validated(narrowed):
+    with quality._cached_while_validated(narrowed, compute_first=True):
         assert "Exchange hashpartitioning" in _plan_above_cache(duplicates(narrowed))  # unclustered: a shuffle
 
     # A frame the caller cached stays cached.
     mine = df.persist()
     try:
-        with quality._cached_while_validated(mine):
+        with quality._cached_while_validated(mine, compute_first=True):
             pass
         assert mine.storageLevel.useMemory
     finally:
         mine.unpersist()
+
+    # GX caches every frame it validates and never drops it: a suite drops it once GX is done. Here the suite reads
+    # every column, so the frame GX caches is this one.
+    keys = spark.createDataFrame([(1, "a"), (2, "a")], "id int, tenant string")
+    assert quality.validate_latest_state(keys, ["tenant", "id"]).success
+    assert not keys.storageLevel.useMemory and not keys.storageLevel.useDisk
 
     # One key column: GX windows by the column itself. Names with dots and backticks are taken whole.
     single = [{"type": "expect_column_values_to_be_unique", "kwargs": {"column": "a.b"}}]

@@ -186,7 +186,7 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
         t = lap("type", t, len(retyped), unit=unit)
 
     # -- audit before publish: a table that fails its suite is never published; readers keep the previous version --
-    audit = _audit_tables(spark, paths, version, retyped, run_dir)
+    audit = _audit_tables(spark, paths, version, retyped, {t: info["rows"] for t, info in tables.items()}, run_dir)
     audit["unchanged_tables"] = sorted(unchanged)  # passed the suite when they were typed, in typed_in_version
     t = lap("audit", t, sum(r["success"] for r in audit["tables"].values()), len(retyped), "tables passed")
     built_on = current["version"] if base_state is not None else None
@@ -296,15 +296,18 @@ def _write_type_conflicts(spark: SparkSession, state: DataFrame, layouts: dict, 
     return {row.table_id: row["count"] for row in written.groupBy("table_id").count().collect()}
 
 
-def _audit_tables(spark: SparkSession, paths, version: str, layouts: dict, run_dir: Path) -> dict:
-    """Run the latest_state suite (key columns not null, unique) on the tables ``version`` typed (``layouts``)."""
+def _audit_tables(spark: SparkSession, paths, version: str, layouts: dict, rows: dict[str, int], run_dir: Path) -> dict:
+    """Run the latest_state suite (key columns not null, unique) on the tables ``version`` typed (``layouts``), of
+    ``rows`` rows each."""
     data_docs = run_dir / "quality" / "data_docs"
     results = {}
     if layouts:
         runner = quality.SuiteRunner(data_docs_dir=data_docs)
         for table_id, layout in sorted(layouts.items()):
             frame = spark.read.parquet(str(paths.table_dir(version, table_id)))
-            outcome = quality.validate_latest_state(frame, list(layout.key_columns), table_id=table_id, runner=runner)
+            outcome = quality.validate_latest_state(
+                frame, list(layout.key_columns), table_id=table_id, runner=runner, rows=rows.get(table_id)
+            )
             results[table_id] = {"success": outcome.success, "failed": outcome.failed}
         runner.build_data_docs()
     failed = {table_id: r["failed"] for table_id, r in results.items() if not r["success"]}

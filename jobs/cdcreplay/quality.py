@@ -38,6 +38,10 @@ from typing import Any
 from cdcreplay.spark import limits_use_every_core
 
 SUITE_RECONCILIATION_DIFF = "reconciliation_diff"
+# Frames of at least this many rows are cached clustered by their uniqueness check's key (_clustered_for_uniqueness).
+# Measured: the 5M-row reconciliation diff's suite took 11.4 s instead of 17-21 s, a 3M-row table's 3.1 s instead of
+# 3.7 s; but 20 tables of 1,000 rows took ~0.2 s more each (one more job per table to compute the cache first).
+CLUSTERED_CACHE_MIN_ROWS = 1_000_000
 SUITE_LATEST_STATE = "latest_state"
 _PARAMETER = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9_.\-]")
@@ -289,8 +293,10 @@ class SuiteRunner:
         suite_label: str | None = None,
         asset_name: str | None = None,
         run_name: str | None = None,
+        rows: int | None = None,
     ) -> SuiteResult:
-        """Validate Spark DataFrame ``df`` with ``<expectations_dir>/<suite_name>.json`` (see :func:`run_suite`)."""
+        """Validate Spark DataFrame ``df`` with ``<expectations_dir>/<suite_name>.json`` (see :func:`run_suite`).
+        ``rows``: about how many rows ``df`` has, when the caller knows (see :data:`CLUSTERED_CACHE_MIN_ROWS`)."""
         import great_expectations as gx
         from great_expectations.core.run_identifier import RunIdentifier
 
@@ -298,13 +304,16 @@ class SuiteRunner:
         label = _unique(_safe(suite_label or suite_name), self._labels)
         expectations = render_expectations(config, parameters)
         suite = self.context.suites.add_or_update(_build_suite(label, config, expectations))
-        df = _clustered_for_uniqueness(_narrowed(df, expectations), expectations)
+        df = _narrowed(df, expectations)
+        clustered = rows is not None and rows >= CLUSTERED_CACHE_MIN_ROWS
+        if clustered:
+            df = _clustered_for_uniqueness(df, expectations)
         asset = self.source.add_dataframe_asset(_unique(_safe(asset_name or label), self._assets))
         batch_definition = asset.add_batch_definition_whole_dataframe("whole_dataframe")
         validation = self.context.validation_definitions.add(
             gx.ValidationDefinition(name=f"{label}-validation", data=batch_definition, suite=suite)
         )
-        with limits_use_every_core(df.sparkSession), _cached_while_validated(df):
+        with limits_use_every_core(df.sparkSession), _cached_while_validated(df, compute_first=clustered):
             outcome = validation.run(
                 batch_parameters={"dataframe": df},
                 result_format={"result_format": "SUMMARY"},
@@ -397,20 +406,22 @@ def _clustered_for_uniqueness(df, expectations: list[dict]):
 
 
 @contextlib.contextmanager
-def _cached_while_validated(df):
-    """``df`` cached and computed before GX plans its queries, and dropped from the cache after them.
+def _cached_while_validated(df, compute_first: bool):
+    """``df`` dropped from the cache once GX is done with it; with ``compute_first``, cached and computed before GX
+    plans its queries.
 
-    GX caches the frame it validates (and never lets go of it: a run's audited tables would all stay cached until
-    the session ends). Computed up front, the cache also tells Spark how its rows are partitioned, which a query
+    GX caches the frame it validates and never lets go of it: a run's audited tables would all stay cached until
+    the session ends. Computed up front, the cache also tells Spark how its rows are partitioned, which a query
     planned while the cache is still empty does not know (see :func:`_clustered_for_uniqueness`). A frame the caller
     cached is left as it is.
     """
     if df.storageLevel.useMemory or df.storageLevel.useDisk:
         yield
         return
-    df.persist()
     try:
-        df.count()
+        if compute_first:
+            df.persist()
+            df.count()
         yield
     finally:
         df.unpersist()
@@ -467,17 +478,25 @@ def run_suite(
     suite_label: str | None = None,
     asset_name: str | None = None,
     run_name: str | None = None,
+    rows: int | None = None,
 ) -> SuiteResult:
     """Validate Spark DataFrame ``df`` with ``<expectations_dir>/<suite_name>.json`` and summarize the result.
 
     ``parameters`` fill the suite's template values; ``suite_label`` names the rendered suite (default: the suite
     name) in the stores and Data Docs, ``asset_name`` the validated data (default: the label). With
     ``data_docs_dir`` the Data Docs site is (re)built there; open ``index.html``. To validate several frames into one
-    site, use a :class:`SuiteRunner`.
+    site, use a :class:`SuiteRunner`. ``rows``: about how many rows ``df`` has, when known: a frame of
+    :data:`CLUSTERED_CACHE_MIN_ROWS` or more is cached clustered by its uniqueness check's key.
     """
     runner = SuiteRunner(expectations_dir, data_docs_dir)
     result = runner.validate(
-        df, suite_name, parameters=parameters, suite_label=suite_label, asset_name=asset_name, run_name=run_name
+        df,
+        suite_name,
+        parameters=parameters,
+        suite_label=suite_label,
+        asset_name=asset_name,
+        run_name=run_name,
+        rows=rows,
     )
     result.data_docs_index = runner.build_data_docs()
     return result
@@ -490,11 +509,13 @@ def validate_latest_state(
     data_docs_dir: Path | str | None = None,
     table_id: str | None = None,
     runner: SuiteRunner | None = None,
+    rows: int | None = None,
 ) -> SuiteResult:
     """Run the ``latest_state`` suite on one published table: key columns not null and (compound) unique.
 
     With a ``runner`` (the audit of a run's tables) the result goes into its context and Data Docs are left to its
-    ``build_data_docs``; without, this is one :func:`run_suite` (Data Docs built in ``data_docs_dir``).
+    ``build_data_docs``; without, this is one :func:`run_suite` (Data Docs built in ``data_docs_dir``). ``rows``:
+    the table's row count, when known (see :data:`CLUSTERED_CACHE_MIN_ROWS`).
     """
     if not key_columns:
         raise ValueError(f"validate_latest_state needs the key columns of table {table_id or '(unnamed)'}")
@@ -503,6 +524,7 @@ def validate_latest_state(
         "parameters": {"key_columns": list(key_columns)},
         "suite_label": label,
         "asset_name": table_id or SUITE_LATEST_STATE,
+        "rows": rows,
     }
     if runner is not None:
         return runner.validate(df, SUITE_LATEST_STATE, **options)

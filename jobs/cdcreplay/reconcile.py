@@ -1052,7 +1052,11 @@ def run_reconciliation(
         diff = spark.read.parquet(str(diff_path))
         metrics = plan.metrics(diff)
         suite = quality.run_suite(
-            diff, "reconciliation_diff", expectations_dir=expectations_dir, data_docs_dir=data_docs
+            diff,
+            "reconciliation_diff",
+            expectations_dir=expectations_dir,
+            data_docs_dir=data_docs,
+            rows=sum(m[status] for m in metrics for status in STATUSES),  # the diff's rows: one per compared key
         ).to_dict()
         sample = [
             row.asDict(recursive=True)
