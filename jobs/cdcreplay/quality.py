@@ -38,11 +38,11 @@ from typing import Any
 from cdcreplay.spark import limits_use_every_core
 
 SUITE_RECONCILIATION_DIFF = "reconciliation_diff"
+SUITE_LATEST_STATE = "latest_state"
 # Frames of at least this many rows are cached clustered by their uniqueness check's key (_clustered_for_uniqueness).
 # Measured: the 5M-row reconciliation diff's suite took 11.4 s instead of 17-21 s, a 3M-row table's 3.1 s instead of
 # 3.7 s; but 20 tables of 1,000 rows took ~0.2 s more each (one more job per table to compute the cache first).
 CLUSTERED_CACHE_MIN_ROWS = 1_000_000
-SUITE_LATEST_STATE = "latest_state"
 _PARAMETER = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9_.\-]")
 

@@ -71,7 +71,6 @@ from pathlib import Path
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, BooleanType, DataType, LongType, StringType, StructField, StructType
 
 from cdcreplay import schema
 from cdcreplay.compaction import ORDER_FIELDS, event_order, latest_rows, partial_event
@@ -495,8 +494,8 @@ def _pairs_of_reads_and_state(reads: DataFrame, state: DataFrame, epoch: DataFra
     :func:`_pairs_in_one_pass` finds by sorting each key's events -- a read's previous event, an unread key's last
     event before the epoch's last read, whether an event lies in the epoch's window -- is a full join of the reads
     with the state rows on the key: the images go through one join instead of a sort and window functions over
-    every event (at 5M reads against 5M state rows, about half the time). ``state``: the history's events of these
-    tables; ``events_count``: how many events these tables have (it sizes the join).
+    every event (5M reads against 5M state rows, into Spark's noop sink: 15.6 s against 24 s). ``state``: the
+    history's events of these tables; ``events_count``: how many events these tables have (it sizes the join).
     """
     partitions = max(_default_partitions(reads), -(-events_count // ROWS_PER_SORT_PARTITION))
     on = list(_SORT_KEY)
@@ -734,26 +733,14 @@ def history_facts_from_patterns(patterns: DataFrame) -> DataFrame:
     )
 
 
-def _settled_facts(history: History | None, snapshot_groups: DataFrame, order_type: DataType) -> DataFrame:
-    """The history's facts (an empty frame without history), each table's oldest order found where only it can tell
-    whether the table's first epoch is a baseline: the history has rows, no oldest is known, and the newest does not
-    already lie at or before the epoch's first read (a rare case: a history newer than the run's snapshot). Those
-    tables' history rows are aggregated; no other history row is read."""
-    spark = snapshot_groups.sparkSession
+def _settled_facts(history: History | None, snapshot_groups: DataFrame, changelog_df: DataFrame) -> DataFrame:
+    """The history's facts (none without history), each table's oldest order found where only it can tell whether
+    the table's first epoch is a baseline: the history has rows, no oldest is known, and the newest does not already
+    lie at or before the epoch's first read (a rare case: a history newer than the run's snapshot). Those tables'
+    history rows are aggregated; no other history row is read."""
     if history is None:
-        return spark.createDataFrame(
-            [],
-            StructType(
-                [
-                    StructField("table_id", StringType()),
-                    StructField("_h_rows", LongType()),
-                    StructField("_h_types", ArrayType(StringType())),
-                    StructField("_h_partial", BooleanType()),
-                    StructField("_h_oldest", order_type),
-                    StructField("_h_newest", order_type),
-                ]
-            ),
-        )
+        return history_facts(changelog_df).limit(0)  # the facts' columns, no row (Spark runs no job for it)
+    spark = snapshot_groups.sparkSession
     facts = spark.createDataFrame(history.facts.collect(), history.facts.schema)  # small: one row per table
     first_reads = snapshot_groups.filter(F.col("_epoch_no") == 1).select("table_id", "_first")
     undecided = [
@@ -840,7 +827,7 @@ def plan_reconciliation(
         "_truncates",
     )
     snapshot_groups = groups.filter(F.col("_epoch_no").isNotNull()).drop("_truncates")  # snapshot rows: no truncates
-    facts = _settled_facts(history, snapshot_groups, events.schema["_order"].dataType)
+    facts = _settled_facts(history, snapshot_groups, changelog_df)
     history_before_first = (F.coalesce(F.col("_h_rows"), F.lit(0)) > 0) & (
         F.coalesce(F.col("_h_oldest"), F.col("_h_newest")) <= F.col("_first")
     )
