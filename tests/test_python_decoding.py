@@ -147,3 +147,30 @@ def test_raw_and_single_object_values(tmp_path):
 def test_single_object_fingerprint_is_avros_crc64():
     # The Avro specification's CRC-64-AVRO of the canonical form '"int"' is 0x7275d51a3f395c8f.
     assert fingerprint(fastavro.parse_schema("int")) == struct.pack("<Q", 0x7275D51A3F395C8F)
+
+
+def test_only_quarantined_rows_carry_the_raw_record(spark):
+    """A message of many rows is not copied onto each of its rows (DTS packs hundreds of rows into one Canal
+    message: the copies overflowed Arrow's 2 GiB binary arrays at 2M events); a quarantined row keeps its record."""
+    import pyarrow as pa
+
+    from cdcreplay.formats.routing import KIND_CHANGE, KIND_QUARANTINE, decoded_arrow_schema, decoded_batch
+
+    records = pa.RecordBatch.from_pydict(
+        {
+            "topic": ["t", "t"],
+            "partition": pa.array([0, 0], pa.int32()),
+            "offset": pa.array([7, 8], pa.int64()),
+            "timestamp": pa.array([None, None], pa.timestamp("us", tz="UTC")),
+            "key": pa.array([b"k7", b"k8"], pa.binary()),
+            "value": pa.array([b"x" * 1000, b"bad"], pa.binary()),
+        }
+    )
+    schema = decoded_arrow_schema()
+    empty = {field.name: None for field in schema}
+    rows = [{**empty, "record_kind": KIND_CHANGE, "op": "insert", "row_index": i} for i in range(3)]
+    rows.append({**empty, "record_kind": KIND_QUARANTINE, "reason": S.REASON_NOT_JSON, "row_index": 0})
+    batch = decoded_batch(records, [0, 0, 0, 1], rows, schema).to_pydict()
+    assert batch["offset"] == [7, 7, 7, 8]
+    assert batch["raw_value"] == [None, None, None, b"bad"]
+    assert batch["raw_key"] == [None, None, None, b"k8"]

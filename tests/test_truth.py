@@ -108,3 +108,18 @@ def test_nightly_incremental_runs_equal_the_truth_and_reruns_change_nothing(spar
     assert replay_main([*rerun, "--end", (second + timedelta(days=1)).isoformat()]) == EXIT_OK
     assert published_rows(spark, tmp, table.table_id, table.primary_key) == before
     assert_equals_truth(spark, history, tmp)
+
+
+def test_spark_json_reader_replays_debezium_to_the_truth(spark, tmp_path):
+    """debezium-json with ``options.reader: spark``: the job's two-pass decode (native rows, then the flagged records
+    in Python) publishes the true final state, and the flagged records are only those the native path leaves."""
+    history = build_sample_archive(tmp_path / "archive", "debezium-json", events=EVENTS, seed=SEED, layout="parquet")
+    settings = {**history.pipeline_settings, "options": {"reader": "spark"}}
+    config = pipeline_config(tmp_path, "sim", "debezium-json", tmp_path / "archive", settings=settings)
+    assert replay_main(["--config", str(config), "--run-id", "native", "--full-rebuild"]) == EXIT_OK
+    assert_equals_truth(spark, history, tmp_path)
+    summary = json.loads((tmp_path / "warehouse" / "sim" / "runs" / "native" / "summary.json").read_text())
+    assert summary["decoded"]["quarantined"] == 0
+    assert summary["decoded"]["source_records"] == summary["distinct_records"]
+    decoded = tmp_path / "warehouse" / "sim" / "runs" / "native" / "decoded"
+    assert sorted(p.name for p in decoded.iterdir() if p.is_dir()) == ["record_kind=changelog", "record_kind=control"]

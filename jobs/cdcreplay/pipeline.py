@@ -17,8 +17,9 @@ from pyspark.sql import functions as F
 from cdcreplay import archive, progress, quality, warehouse
 from cdcreplay.compaction import changed_rows, merge_with_state, purge_tombstones, truncated_tables
 from cdcreplay.config import LoadedConfig, PipelineConfig
-from cdcreplay.formats import REGISTRY, decoder
+from cdcreplay.formats import REGISTRY, decoder_module
 from cdcreplay.formats.common import DECODED_DDL, KIND_CHANGE, KIND_CONTROL, KIND_QUARANTINE
+from cdcreplay.formats.native_json import write_decoded
 from cdcreplay.run_spec import RunSpec
 from cdcreplay.schema import CHANGELOG_COLUMNS, CONTROL_NOTE
 from cdcreplay.spark import vectorized_parquet_reads
@@ -116,14 +117,21 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
     base_state = None
     if current and not spec.full_rebuild:
         base_state = read_state(spark, paths.root / current["state"])
-    decode = decoder(pipeline.format)
-    if REGISTRY[pipeline.format].reads_state:
-        decoded = decode(selected, pipeline, base_state=base_state)
+    keep = (F.col("record_kind") != KIND_CHANGE) | F.col("table_id").isin(list(spec.tables)) if spec.tables else None
+    module = decoder_module(pipeline.format)
+    shutil.rmtree(run_dir / "decoded", ignore_errors=True)  # a re-run of this run id decodes afresh
+    if hasattr(module, "decode_natively") and module.reads_natively(pipeline):
+        # Spark's JSON reader decodes what it can vouch for; the rest is read back and decoded in Python.
+        native = module.decode_natively(selected, pipeline)
+        write_decoded(native, lambda rest: module.decode_in_python(rest, pipeline), str(run_dir / "decoded"), keep)
     else:
-        decoded = decode(selected, pipeline)
-    if spec.tables:
-        decoded = decoded.where((F.col("record_kind") != KIND_CHANGE) | F.col("table_id").isin(list(spec.tables)))
-    decoded.write.mode("overwrite").partitionBy("record_kind").parquet(str(run_dir / "decoded"))
+        if REGISTRY[pipeline.format].reads_state:
+            decoded = module.decode(selected, pipeline, base_state=base_state)
+        else:
+            decoded = module.decode(selected, pipeline)
+        if keep is not None:
+            decoded = decoded.where(keep)
+        decoded.write.mode("overwrite").partitionBy("record_kind").parquet(str(run_dir / "decoded"))
     kinds = _decoded_counts(spark, paths, spec.run_id)
     _check_accounting(kinds, manifest, spec)
     t = lap("decode", t, kinds["source_records"], manifest["distinct_records"], "records decoded")

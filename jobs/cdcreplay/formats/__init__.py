@@ -38,6 +38,14 @@ REGISTRY: dict[str, FormatSpec] = {
     "debezium-json": FormatSpec(
         "cdcreplay.formats.debezium_json",
         "Debezium change events from Kafka Connect's JsonConverter, with or without schemas",
+        {
+            "reader": FormatOption(
+                "choice",
+                "python (default) or spark: Spark's JSON reader decodes the row changes it can render exactly, "
+                "Python the rest (experimental: same rows, slower today)",
+                ("python", "spark"),
+            ),
+        },
     ),
     "canal-json": FormatSpec(
         "cdcreplay.formats.canal_json",
@@ -137,11 +145,17 @@ REGISTRY: dict[str, FormatSpec] = {
 KNOWN_FORMATS = tuple(REGISTRY)
 
 
-def decoder(format_id: str) -> Callable:
-    """The decode function registered under ``format_id``."""
+def decoder_module(format_id: str):
+    """The module registered under ``format_id``: ``decode``, and for a format Spark's JSON reader can decode
+    (``formats.native_json``) ``reads_natively``, ``decode_natively`` and ``decode_in_python`` as well."""
     if format_id not in REGISTRY:
         raise KeyError(f"no decoder registered for format {format_id!r}; known formats: {', '.join(KNOWN_FORMATS)}")
-    return importlib.import_module(REGISTRY[format_id].module).decode
+    return importlib.import_module(REGISTRY[format_id].module)
+
+
+def decoder(format_id: str) -> Callable:
+    """The decode function registered under ``format_id``."""
+    return decoder_module(format_id).decode
 
 
 def check_config(pipeline) -> None:

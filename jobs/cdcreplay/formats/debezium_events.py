@@ -91,30 +91,30 @@ def _parameters_ok(spec) -> bool:
     return type(spec) is dict and (spec.get("parameters") is None or type(spec.get("parameters")) is dict)
 
 
-def schema_info(schema) -> SchemaInfo:
-    """The envelope schema's ``after`` (else ``before``) struct -> SchemaInfo; a schema without them (schema-change,
-    MongoDB) declares nothing."""
+def image_fields(schema) -> list[tuple[str | None, Field]] | None:
+    """The envelope schema's ``after`` (else ``before``) struct as (column, Field) in schema order; [] for a schema
+    without them (schema-change, MongoDB) or no schema; None when it has not the shape of a Connect schema."""
     if schema is None:
-        return NO_SCHEMA
+        return []
     fields = schema.get("fields") if type(schema) is dict else False
     if fields is None:
-        return NO_SCHEMA
+        return []
     if type(fields) is not list:
-        return BAD_SCHEMA
+        return None
     image = None
     for struct in fields:
         if struct is None:
             continue
         if type(struct) is not dict:
-            return BAD_SCHEMA
+            return None
         columns = struct.get("fields")
         if columns is not None and (
             type(columns) is not list or not all(c is None or _parameters_ok(c) for c in columns)
         ):
-            return BAD_SCHEMA
+            return None
         if image is None and as_text(struct.get("field")) in ("after", "before"):
             image = columns or []
-    converters, types = {}, {}
+    found = []
     for spec in image or ():
         if spec is None:
             continue
@@ -125,7 +125,20 @@ def schema_info(schema) -> SchemaInfo:
             scale=as_text(parameters.get("scale")),
             precision=as_text(parameters.get("connect.decimal.precision")),
         )
-        name = as_text(spec.get("field"))
+        found.append((as_text(spec.get("field")), column))
+    return found
+
+
+def schema_info(schema) -> SchemaInfo:
+    """The envelope schema's ``after`` (else ``before``) struct -> SchemaInfo; a schema without them (schema-change,
+    MongoDB) declares nothing."""
+    fields = image_fields(schema)
+    if fields is None:
+        return BAD_SCHEMA
+    if not fields:
+        return NO_SCHEMA
+    converters, types = {}, {}
+    for name, column in fields:
         convert = converter(column)
         if convert is not None:
             converters[name] = convert

@@ -7,6 +7,9 @@ conversion, MongoDB documents.
 Every message of a topic repeats the same Connect schema. JsonConverter writes ``{"schema":...,"payload":...}``, so
 the schema's text is cut out without parsing and its SchemaInfo is looked up by that text: only the payload is parsed
 per record. Any other layout is parsed whole.
+
+With ``options.reader: spark`` the records ``debezium_native`` vouches for (row changes of MySQL, PostgreSQL and
+Oracle connectors) are decoded by Spark's JSON reader instead, and only the rest here.
 """
 
 from __future__ import annotations
@@ -18,7 +21,10 @@ from pyspark.sql import DataFrame
 
 from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
+from cdcreplay.formats.common import DECODED_COLUMNS
 from cdcreplay.formats.debezium_events import SchemaInfo, event_entries, schema_info
+from cdcreplay.formats.debezium_native import native_rows, schema_plans
+from cdcreplay.formats.native_json import with_python_fallback
 from cdcreplay.formats.python_rows import DecodeError, RawRecord, decode_with_python
 
 FORMAT_ID = "debezium-json"
@@ -93,8 +99,25 @@ def decode_record(record: RawRecord) -> list[dict]:
     return event_entries(value, _parse_key(record.key), record, lambda: text, info)
 
 
-def decode(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
+def decode_in_python(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
+    """Every record through the Python decoder (the reference the native path is held to)."""
     return decode_with_python(records, decode_record, pipeline)
 
 
-# Single values as SQL functions (checks and ad-hoc queries): the same conversions the decoder applies.
+def reads_natively(pipeline: PipelineConfig) -> bool:
+    """``options.reader: spark``: Spark's JSON reader decodes what ``debezium_native`` vouches for (experimental:
+    exact, but slower than the Python decoder today -- see docs/benchmarks.md)."""
+    return pipeline.options.get("reader") == "spark"
+
+
+def decode_natively(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
+    """Every record with its native decoding and the ``native`` flag (``native_json``)."""
+    return native_rows(records, pipeline, schema_plans(records))
+
+
+def decode(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
+    """In Python; with ``options.reader: spark`` natively where ``debezium_native`` vouches for a record."""
+    if not reads_natively(pipeline):
+        return decode_in_python(records, pipeline)
+    native = decode_natively(records, pipeline)
+    return with_python_fallback(native, lambda rest: decode_in_python(rest, pipeline), DECODED_COLUMNS)

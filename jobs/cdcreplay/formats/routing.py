@@ -172,19 +172,20 @@ UNWRITABLE = (UnicodeError, ValueError, TypeError, OverflowError, ArithmeticErro
 
 def _record_batch(records, record_rows: list[int], rows: list[dict], arrow_schema):
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     taken = pa.array(record_rows, type=pa.int64())
-    columns = {name: records.column(name).take(taken) for name in (*RECORD_FIELDS, "key", "value")}
-    quarantined = pa.array([row["record_kind"] == KIND_QUARANTINE for row in rows], type=pa.bool_())
+    columns = {name: records.column(name).take(taken) for name in RECORD_FIELDS}
+    # The raw bytes go only onto quarantined rows: taken for every row, a message of many rows (DTS packs hundreds
+    # into one Canal message) would repeat its value once per row and overflow Arrow's 2 GiB binary array.
+    pairs = zip(record_rows, rows, strict=True)
+    raw_rows = pa.array([i if row["record_kind"] == KIND_QUARANTINE else None for i, row in pairs], type=pa.int64())
     arrays = []
     for field in arrow_schema:
         name = field.name
         if name in RECORD_FIELDS:
             arrays.append(columns[name].cast(field.type))
         elif name in ("raw_key", "raw_value"):
-            raw = columns[name.removeprefix("raw_")]
-            arrays.append(pc.if_else(quarantined, raw, pa.nulls(len(rows), raw.type)).cast(field.type))
+            arrays.append(records.column(name.removeprefix("raw_")).take(raw_rows).cast(field.type))
         else:
             arrays.append(_field_array([row[name] for row in rows], field))
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)

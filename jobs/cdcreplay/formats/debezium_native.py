@@ -1,0 +1,466 @@
+"""Debezium JSON decoded by Spark's JSON reader: the native path of ``debezium-json`` (see ``native_json``).
+
+JsonConverter writes ``{"schema":S,"payload":P}``, and S -- about four fifths of the bytes -- is the same for every
+message of one table version. S is cut out of the text without parsing it (as the Python decoder does), so only P is
+parsed per record. The distinct schemas of the input are found first by a light pass (a hash per record, no JSON
+parse) and read on the driver; each becomes a :class:`SchemaPlan`: its columns, their Spark types, the conversion of
+each value (Connect ``Decimal`` from base64, ``Date`` from days, ``Timestamp``/``MicroTimestamp`` from epoch counts)
+and the check that the value is one its type holds. A plan is a handful of column expressions per column of one
+table, applied under a CASE on the record's schema: what depends on a table's columns stays per table.
+
+The native path decodes ops c/u/d/r of a relational connector whose position it knows (MySQL/MariaDB binlog file,
+pos and row; PostgreSQL lsn; Oracle commit_scn and scn), whose images carry exactly the schema's columns with values
+that pass their checks, keyed by a JSON Kafka key, without key-change headers. Everything else -- tombstones,
+transaction and schema-change messages, op m and t, MongoDB, SQL Server, TOAST placeholders, bad values, a table
+with configured column types -- goes through the Python decoder (``debezium_json.decode_record``) unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from decimal import Decimal
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from cdcreplay import schema as S
+from cdcreplay.config import PipelineConfig
+from cdcreplay.formats import native_json as N
+from cdcreplay.formats.debezium_events import (
+    HEADER_NEW_KEY,
+    HEADER_OLD_KEY,
+    SNAPSHOT_MARKERS,
+    UNAVAILABLE_FORMS,
+    image_fields,
+)
+from cdcreplay.formats.debezium_values import (
+    DATE_NAMES,
+    DECIMAL,
+    MAX_DAYS,
+    MAX_MICROS,
+    MILLI_TIMESTAMPS,
+    MIN_DAYS,
+    MIN_MICROS,
+    Field,
+    converter,
+    debezium_field_type,
+)
+from cdcreplay.formats.routing import KIND_CHANGE
+
+FORMAT_ID = "debezium-json"
+WRAPPED_START, PAYLOAD_SEPARATOR = '{"schema":', ',"payload":'  # JsonConverter's compact layout
+MICRO_TIMESTAMP = "io.debezium.time.MicroTimestamp"
+# At most this many table versions get a native plan (the most frequent); records of others are decoded in Python.
+MAX_NATIVE_SCHEMAS = 64
+MAX_KEY_COLUMNS = 4
+NATIVE_OPS = {"c": S.OP_INSERT, "u": S.OP_UPDATE, "d": S.OP_DELETE, "r": S.OP_SNAPSHOT}
+PAYLOAD_DDL = (
+    "op string, ts_ms string, before map<string,string>, after map<string,string>, source map<string,string>, "
+    "transaction map<string,string>, message map<string,string>, updateDescription map<string,string>, patch string"
+)
+# Canonical text each Spark type's check accepts natively: a subset of what ``value_checks`` accepts, so a value
+# passed here is valid there too; a value outside it is judged by the Python decoder.
+_DOUBLE = r"^-?[0-9]+(\.[0-9]+)?(E-?[0-9]+)?$"
+_BASE64 = r"^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+
+
+def _integer(spark_type: str):
+    return lambda raw: raw.rlike(r"^-?[0-9]{1,19}$") & raw.try_cast(spark_type).isNotNull()
+
+
+CHECKS = {
+    "string": None,
+    "boolean": lambda raw: raw.isin("true", "false"),
+    # value_checks holds tinyint and smallint to int's range, as the typed table's cast does
+    "tinyint": _integer("int"),
+    "smallint": _integer("int"),
+    "int": _integer("int"),
+    "bigint": _integer("bigint"),
+    "float": lambda raw: raw.rlike(_DOUBLE),
+    "double": lambda raw: raw.rlike(_DOUBLE),
+    "binary": lambda raw: raw.rlike(_BASE64),
+}
+PRIMITIVES = ("boolean", "int8", "int16", "int32", "int64", "float32", "float64", "float", "double", "string", "bytes")
+POSITION_PART = r"^[0-9]{1,18}$"
+EPOCH_COUNT = r"^-?[0-9]{1,15}$"
+LOOSE_INTEGER = r"^\s*[+-]?[0-9]+\s*$"  # what the Python decoder's as_long reads, where EPOCH_COUNT is stricter
+
+
+# --- schemas: found on the driver, one plan each ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SchemaPlan:
+    """One table version's Connect schema, as column expressions."""
+
+    text: str
+    fields: tuple[tuple[str, Field], ...]
+    types: dict[str, str]
+
+    @property
+    def columns(self) -> list[str]:
+        return [name for name, _ in self.fields]
+
+
+def _digits(text: str | None) -> bool:
+    return text is not None and text.isascii() and text.isdigit()
+
+
+def _native_field(field: Field, spark_type: str) -> bool:
+    if field.name == DECIMAL:
+        precision = "38" if field.precision is None else field.precision
+        return _digits(precision) and _digits(field.scale) and int(field.scale) <= int(precision) <= 38
+    if field.name in DATE_NAMES or field.name in MILLI_TIMESTAMPS or field.name == MICRO_TIMESTAMP:
+        return True
+    return converter(field) is None and field.type in PRIMITIVES and spark_type in CHECKS
+
+
+def schema_plan(text: str) -> SchemaPlan | None:
+    """The plan of one schema's JSON text, or None when the native path does not take its records."""
+    try:
+        schema = json.loads(text, parse_float=Decimal)
+    except ValueError:
+        return None
+    fields = image_fields(schema)
+    if not fields:
+        return None  # not a Connect schema, or one without row images (schema-change, MongoDB): Python
+    names = [name for name, _ in fields]
+    if any(name is None for name in names) or len(set(names)) != len(names):
+        return None
+    types = {name: debezium_field_type(field) for name, field in fields}
+    if not all(_native_field(field, types[name]) for name, field in fields):
+        return None
+    return SchemaPlan(text, tuple(fields), types)
+
+
+def _prefix_bytes(text: Column) -> Column:
+    """Bytes of ``{"schema":S,"payload":`` -- found from the end, where the short payload is (0 without one)."""
+    return F.octet_length(text) - F.octet_length(F.substring_index(text, PAYLOAD_SEPARATOR, -1))
+
+
+def schema_plans(records: DataFrame) -> list[SchemaPlan]:
+    """The native plans of the schemas in ``records``: one pass that neither parses nor copies a record's schema
+    (records are grouped by the schema's length and a hash of the message's first bytes; a plan matches a record
+    only when its whole schema text does, so a record whose schema shared a group with another is decoded in
+    Python, never with the other's plan). Only one schema text per group reaches the driver."""
+    value = F.col("value")
+    text = value.cast("string")
+    prefix = _prefix_bytes(text)
+    wrapped = text.startswith(WRAPPED_START) & text.endswith("}") & (prefix > len(WRAPPED_START + PAYLOAD_SEPARATOR))
+    start = len(WRAPPED_START.encode())
+    found = (
+        records.where(wrapped)
+        .groupBy(prefix.alias("prefix"), F.xxhash64(F.substring(value, 1, 512)).alias("hash"))
+        .agg(
+            F.first(F.substring(value, start + 1, prefix - start - len(PAYLOAD_SEPARATOR))).alias("schema"),
+            F.count(F.lit(1)).alias("records"),
+        )
+        .orderBy(F.desc("records"))
+        .limit(MAX_NATIVE_SCHEMAS)
+        .collect()
+    )
+    plans = []
+    for row in found:
+        try:
+            text_of_schema = bytes(row.schema).decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        plan = schema_plan(text_of_schema)
+        if plan is not None:
+            plans.append(plan)
+    return plans
+
+
+# --- values ----------------------------------------------------------------------------------------------------------
+
+
+def _decimal_text(raw: Column, scale: int) -> Column:
+    """Connect Decimal: base64 of the big-endian two's-complement unscaled integer (1 to 8 bytes) -> exact text."""
+    decoded = F.try_to_binary(raw, F.lit("base64"))
+    hexed = F.hex(F.when(F.octet_length(decoded) <= 8, decoded))  # longer: left to Python (see _decimal_ok)
+    size = F.length(hexed) / 2
+    unsigned = F.conv(hexed, 16, 10).try_cast("decimal(20,0)")
+    negative = F.substring(hexed, 1, 1) >= F.lit("8")
+    modulus = F.pow(F.lit(2), size * 8).try_cast("decimal(20,0)")  # exact: a power of two below 2^65 in a double
+    digits = F.when(negative, (modulus - unsigned).cast("string")).otherwise(unsigned.cast("string"))
+    sign = F.when(negative, F.lit("-")).otherwise(F.lit(""))
+    if scale <= 0:
+        return F.concat(sign, digits)
+    padded = F.when(F.length(digits) > scale, digits).otherwise(F.lpad(digits, scale + 1, "0"))
+    whole = F.length(padded) - scale
+    fraction = F.substring(padded, whole + 1, F.lit(scale))
+    return F.concat(sign, F.substring(padded, F.lit(1), whole), F.lit("."), fraction)
+
+
+def _decimal_ok(raw: Column) -> Column:
+    decoded = F.try_to_binary(raw, F.lit("base64"))
+    return raw.rlike(_BASE64) & (F.length(raw) >= 4) & (F.octet_length(decoded) <= 8)
+
+
+def _decimal_check(precision: int, scale: int) -> str:
+    whole = precision - scale
+    integer = "0" if whole == 0 else f"(0|[1-9][0-9]{{0,{whole - 1}}})"
+    fraction = f"(\\.[0-9]{{{scale}}})?" if scale > 0 else ""
+    return f"^-?{integer}{fraction}$"
+
+
+def _value(raw: Column, field: Field, spark_type: str) -> tuple[Column, Column]:
+    """(canonical text, whether the native path vouches for it) of one present, non-null value."""
+    if field.name == DECIMAL:
+        precision = 38 if field.precision is None else int(field.precision)
+        scale = int(field.scale)
+        text = _decimal_text(raw, scale)
+        return text, _decimal_ok(raw) & text.rlike(_decimal_check(precision, scale))
+    if field.name in DATE_NAMES:
+        days = F.when(raw.rlike(r"^-?[0-9]{1,7}$"), raw.try_cast("int"))
+        ok = days.between(MIN_DAYS, MAX_DAYS)
+        return F.when(ok, F.date_add(F.lit("1970-01-01").cast("date"), days).cast("string")), ok
+    if field.name in MILLI_TIMESTAMPS or field.name == MICRO_TIMESTAMP:
+        per_unit = 1000 if field.name in MILLI_TIMESTAMPS else 1
+        pattern = EPOCH_COUNT if per_unit == 1000 else r"^-?[0-9]{1,18}$"
+        micros = F.when(raw.rlike(pattern), raw.try_cast("bigint") * per_unit)
+        ok = micros.between(MIN_MICROS, MAX_MICROS)
+        return F.when(ok, F.date_format(F.timestamp_micros(micros), "yyyy-MM-dd HH:mm:ss.SSSSSS")), ok
+    check = CHECKS[spark_type]
+    return raw, F.lit(True) if check is None else check(raw)
+
+
+def _image(image: Column, plan: SchemaPlan) -> tuple[Column, Column]:
+    """(converted image, whether the native path vouches for it) of an image carrying exactly the plan's columns."""
+    names = F.array(*[F.lit(name) for name in plan.columns])
+    values = F.map_values(image)
+    converted, checks, changed = [], [], False
+    for index, (name, field) in enumerate(plan.fields):
+        raw = F.try_element_at(values, F.lit(index + 1))
+        text, ok = _value(raw, field, plan.types[name])
+        changed = changed or text is not raw
+        converted.append(F.when(raw.isNotNull(), text))
+        checks.append(raw.isNull() | ok)
+    placeholders = F.array(*[F.lit(form) for form in sorted(UNAVAILABLE_FORMS)])
+    vouched = (F.map_keys(image) == names) & ~F.coalesce(F.arrays_overlap(values, placeholders), F.lit(False))
+    for check in checks:
+        vouched = vouched & F.coalesce(check, F.lit(False))
+    out = F.map_from_arrays(names, F.array(*converted)) if changed else image
+    return F.when(image.isNotNull(), out), image.isNull() | vouched
+
+
+# --- the envelope ----------------------------------------------------------------------------------------------------
+
+
+def _epoch_count(text: Column) -> tuple[Column, Column]:
+    """(the count as bigint, whether the native reading equals the Python decoder's ``as_long``)."""
+    strict = text.rlike(EPOCH_COUNT)
+    return F.when(strict, text.try_cast("bigint")), text.isNull() | strict | ~text.rlike(LOOSE_INTEGER)
+
+
+def _event_time(source: Column, payload: Column) -> tuple[Column, Column]:
+    """source.ts_ms when positive, else the envelope's ts_ms (processing time), as a timestamp."""
+    source_ms, source_ok = _epoch_count(source["ts_ms"])
+    envelope_ms, envelope_ok = _epoch_count(payload["ts_ms"])
+    millis = F.when(source_ms > 0, source_ms).otherwise(envelope_ms)
+    in_range = millis.between(MIN_MICROS // 1000, MAX_MICROS // 1000)  # the Python decoder checks millis * 1000
+    in_range = in_range & (millis * 1000).between(MIN_MICROS, MAX_MICROS)
+    return F.when(in_range, F.timestamp_millis(millis)), source_ok & envelope_ok
+
+
+def _part(text: Column) -> Column:
+    return text.cast("decimal(38,0)")
+
+
+def _position(source: Column) -> tuple[Column, Column]:
+    """(connector position as array<decimal(38,0)>, whether the native path knows the connector's position)."""
+    file, pos, row = source["file"], source["pos"], source["row"]
+    lsn, scn, commit_scn = source["lsn"], source["scn"], source["commit_scn"]
+    binlog_number = F.regexp_extract(file, r"([0-9]{1,18})$", 1)
+    mysql_ok = file.rlike(r"(^|[^0-9])[0-9]{1,18}$") & pos.rlike(POSITION_PART)
+    mysql_ok = mysql_ok & (row.isNull() | row.rlike(POSITION_PART))
+    oracle_ok = scn.rlike(POSITION_PART) & (commit_scn.isNull() | commit_scn.rlike(POSITION_PART))
+    position = (
+        F.when(file.isNotNull(), F.array(_part(binlog_number), _part(pos), _part(F.coalesce(row, F.lit("0")))))
+        .when(lsn.isNotNull(), F.array(_part(lsn)))
+        .when(scn.isNotNull(), F.array(_part(F.coalesce(commit_scn, scn)), _part(scn)))
+        .otherwise(F.array().cast("array<decimal(38,0)>"))
+    )
+    known = (
+        F.when(file.isNotNull(), mysql_ok)
+        .when(lsn.isNotNull(), lsn.rlike(POSITION_PART))
+        .when(source["commit_lsn"].isNotNull(), F.lit(False))  # SQL Server: LSNs in hex, left to Python
+        .when(scn.isNotNull(), oracle_ok)
+        .otherwise(source["ord"].isNull())  # MongoDB's (ts_ms, ord): Python
+    )
+    return position, known
+
+
+def _key_columns(key_text: Column) -> tuple[Column, Column]:
+    """(the Kafka key's field names, whether the native reading equals the Python decoder's ``kafka_key``): the
+    payload of JsonConverter's ``{"schema":...,"payload":{...}}`` (its schema skipped, not read), or a bare object
+    that names no schema."""
+    wrapped = F.from_json(key_text, "struct<payload map<string,string>>", N.JSON_OPTIONS)["payload"]
+    bare = F.from_json(key_text, "map<string,string>", N.JSON_OPTIONS)
+    has_schema = key_text.startswith(WRAPPED_START)
+    columns = F.when(has_schema, F.map_keys(wrapped)).when(F.instr(key_text, '"schema"') == 0, F.map_keys(bare))
+    ok = columns.isNotNull() & ~key_text.rlike(N.RISKY_ESCAPE) & F.size(columns).between(1, MAX_KEY_COLUMNS)
+    return columns, F.coalesce(ok, F.lit(False))
+
+
+def _key_text(image: Column, key_columns: Column) -> Column:
+    """The key as ``routing.key_text`` writes it (a JSON array of texts), or NULL when a key value is missing."""
+    candidates = [F.try_element_at(image, F.try_element_at(key_columns, F.lit(i + 1))) for i in range(MAX_KEY_COLUMNS)]
+    values = F.slice(F.array(*candidates), 1, F.size(key_columns))
+    return F.when(F.size(F.array_compact(values)) == F.size(key_columns), F.to_json(values))
+
+
+def _key_change_provenance(headers: Column) -> tuple[Column, Column]:
+    """(``debezium_events.key_change_provenance`` of the headers, whether they can be read natively: no header
+    without a name). The last value of a repeated header wins, as in Kafka."""
+    by_name = F.map_from_entries(F.when(F.size(F.array_compact(headers["key"])) == F.size(headers), headers))
+    parts = []
+    for name in (HEADER_NEW_KEY, HEADER_OLD_KEY):
+        value = F.try_element_at(by_name, F.lit(name))
+        text = F.when(F.is_valid_utf8(value.cast("string")), value.cast("string")).otherwise(F.base64(value))
+        parts.append(F.when(value.isNotNull(), F.concat(F.lit(f"{name}="), text)))
+    detail = F.concat_ws("; ", *parts)
+    ok = headers.isNull() | (F.size(F.array_compact(headers["key"])) == F.size(headers))
+    return F.when(detail != "", detail), ok
+
+
+def _per_plan(plan_index: Column, values: list[Column]) -> Column:
+    """CASE plan_index WHEN i THEN values[i] END."""
+    out = None
+    for index, value in enumerate(values):
+        out = F.when(plan_index == index, value) if out is None else out.when(plan_index == index, value)
+    return out
+
+
+def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[SchemaPlan]) -> DataFrame:
+    """Every record with its natively decoded columns and the ``native`` flag (see ``native_json``)."""
+    plan_list = list(plans)
+    configured_types = sorted(t for t, table in pipeline.tables.items() if table.column_types)
+    configured_keys = {t: list(table.primary_key) for t, table in pipeline.tables.items() if table.primary_key}
+
+    # A record is of plan i when its text starts with plan i's whole `{"schema":S,"payload":` (a memory compare,
+    # no copy); only its payload is copied out, checked to be UTF-8 and parsed.
+    value = F.col("value")
+    text = value.cast("string")
+    prefix = _prefix_bytes(text)
+    plan_index = F.lit(-1)
+    for index, plan in reversed(list(enumerate(plan_list))):
+        head = WRAPPED_START + plan.text + PAYLOAD_SEPARATOR
+        matches = (prefix == len(head.encode())) & text.startswith(head)
+        plan_index = F.when(matches, F.lit(index)).otherwise(plan_index)
+    located = records.select(
+        "*", prefix.alias("_prefix"), plan_index.alias("_plan"), N.text_of(F.col("key")).alias("_key_text")
+    )
+    payload_text = N.text_of(
+        F.substring(F.col("value"), F.col("_prefix") + 1, F.octet_length("value") - F.col("_prefix") - 1)
+    )
+    with_payload = located.select("*", F.when(F.col("_plan") >= 0, payload_text).alias("_payload_text"))
+    parsed = with_payload.select(
+        "*", N.parse(F.col("_payload_text"), PAYLOAD_DDL).alias("_p"), F.col("value").endswith("}").alias("_closed")
+    )
+
+    payload, source = F.col("_p"), F.col("_p.source")
+    plan = F.col("_plan")
+    op_code = payload["op"]
+    snapshot_marked = F.lower(F.coalesce(source["snapshot"], F.lit(""))).isin(*SNAPSHOT_MARKERS)
+    op = (
+        F.when((op_code == "c") & snapshot_marked, F.lit(S.OP_SNAPSHOT))
+        .when(op_code == "c", F.lit(S.OP_INSERT))
+        .when(op_code == "u", F.lit(S.OP_UPDATE))
+        .when(op_code == "d", F.lit(S.OP_DELETE))
+        .when(op_code == "r", F.lit(S.OP_SNAPSHOT))
+    )
+    if plan_list:
+        afters = [_image(payload["after"], p) for p in plan_list]
+        befores = [_image(payload["before"], p) for p in plan_list]
+        after = _per_plan(plan, [a[0] for a in afters])
+        after_ok = _per_plan(plan, [a[1] for a in afters])
+        before = _per_plan(plan, [b[0] for b in befores])
+        before_ok = _per_plan(plan, [b[1] for b in befores])
+        column_types = _per_plan(plan, [N.literal_map(p.types) for p in plan_list])
+    else:
+        after = before = F.lit(None).cast("map<string,string>")
+        after_ok = before_ok = F.lit(False)
+        column_types = F.lit(None).cast("map<string,string>")
+
+    db, schema_name, table = source["db"], source["schema"], source["table"]
+    table_id = F.concat_ws(".", F.nullif(db, F.lit("")), F.nullif(schema_name, F.lit("")), F.nullif(table, F.lit("")))
+    kafka_columns, key_ok = _key_columns(F.col("_key_text"))
+    key_columns = kafka_columns
+    for configured_table, columns in sorted(configured_keys.items()):
+        key_columns = F.when(table_id == configured_table, F.array(*[F.lit(c) for c in columns])).otherwise(key_columns)
+    is_delete = op_code == "d"
+    position, position_ok = _position(source)
+    event_time, time_ok = _event_time(source, payload)
+    detail, headers_ok = _key_change_provenance(F.col("headers"))
+    envelope_ok = (
+        (plan >= 0)
+        & F.col("_closed")
+        & payload.isNotNull()
+        & payload[N.CORRUPT_FIELD].isNull()
+        & N.one_object(F.col("_payload_text"))
+        & N.json_guards(F.col("_payload_text"))
+        & op.isNotNull()
+        & payload["message"].isNull()
+        & payload["updateDescription"].isNull()
+        & payload["patch"].isNull()
+        & source.isNotNull()
+        & F.coalesce(source["connector"], F.lit("")).__ne__("mongodb")
+        & source["collection"].isNull()
+        & (F.coalesce(table, F.lit("")) != "")
+        & (~table_id.isin(*configured_types) if configured_types else F.lit(True))
+        # A delete names its row by the before image, every other op by the after image.
+        & F.when(is_delete, payload["before"].isNotNull() & payload["after"].isNull()).otherwise(
+            payload["after"].isNotNull()
+        )
+        & position_ok
+        & time_ok
+        & headers_ok
+        & key_ok
+    )
+    # The images are converted once, in their own projection: the key reads them again (one lookup per key column).
+    decoded = parsed.select(
+        *N.record_columns(),
+        "timestamp",
+        F.coalesce(envelope_ok & after_ok & before_ok, F.lit(False)).alias("_vouched"),
+        table_id.alias("table_id"),
+        db.alias("source_db"),
+        schema_name.alias("source_schema"),
+        table.alias("source_table"),
+        op.alias("op"),
+        key_columns.alias("key_columns"),
+        after.alias("_after"),
+        before.alias("before"),
+        is_delete.alias("_is_delete"),
+        column_types.alias("column_types"),
+        position.alias("position"),
+        event_time.alias("event_time"),
+        detail.alias("detail"),
+    )
+    key = _key_text(F.when(F.col("_is_delete"), F.col("before")).otherwise(F.col("_after")), F.col("key_columns"))
+    return decoded.select(
+        *[c for c in decoded.columns if c.startswith("_record_") or c in ("topic", "partition", "offset")],
+        (F.col("_vouched") & key.isNotNull()).alias(N.NATIVE_FLAG),
+        "table_id",
+        "source_db",
+        "source_schema",
+        "source_table",
+        "op",
+        key.alias("key"),
+        "key_columns",
+        F.when(~F.col("_is_delete"), F.col("_after")).alias("after"),
+        "before",
+        "column_types",
+        "position",
+        "event_time",
+        F.lit(0).alias("row_index"),
+        F.lit(FORMAT_ID).alias("format"),
+        F.lit(KIND_CHANGE).alias("record_kind"),
+        F.lit(None).cast("string").alias("control_kind"),
+        F.lit(None).cast("string").alias("reason"),
+        "detail",
+        F.lit(None).cast("binary").alias("raw_key"),
+        F.lit(None).cast("binary").alias("raw_value"),
+        "timestamp",
+    )

@@ -1,0 +1,214 @@
+"""The native (Spark JSON reader, ``options.reader: spark``) path of debezium-json against its Python decoder.
+
+For every record the native path takes, its decoded row must equal the Python decoder's row field for field; every
+other record must be flagged and decoded in Python. Checked on simulated histories (every record of a relational
+table is taken), the conformance corpus (captured Debezium and Flink messages) and hand-made corner cases: number
+tokens a double does not print back, values outside a type's range, placeholders, key-change headers, layouts the
+native path leaves to Python. The pipeline's two-pass write gives the same rows as ``decode``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+from pathlib import Path
+
+import pytest
+from archive_helpers import records_from_lines
+from pyspark.sql import functions as F
+
+from cdcreplay.config import PipelineConfig
+from cdcreplay.formats import debezium_json
+from cdcreplay.formats import native_json as N
+from cdcreplay.formats.common import DECODED_COLUMNS
+from cdcreplay.simulator import simulate
+from cdcreplay.simulator.encoders import encode
+
+CONFORMANCE = Path(__file__).parent / "data" / "conformance"
+RECORD_DDL = (
+    "topic string, partition int, offset bigint, timestamp timestamp, key binary, value binary, "
+    "headers array<struct<key:string,value:binary>>"
+)
+
+
+def _pipeline(tables: dict | None = None) -> PipelineConfig:
+    return PipelineConfig(
+        name="native",
+        format="debezium-json",
+        archive={"path": "unused"},
+        tables=tables or {},
+        options={"reader": "spark"},
+    )
+
+
+def _frame(spark, records: list[tuple]):
+    """(key, value, headers) triples -> archive records at offsets 0.."""
+    rows = [("t", 0, offset, None, key, value, headers) for offset, (key, value, headers) in enumerate(records)]
+    return spark.createDataFrame(rows, RECORD_DDL)
+
+
+def _rows(frame) -> dict:
+    return {(r.topic, r.partition, r.offset, r.row_index, r.record_kind): r.asDict() for r in frame.collect()}
+
+
+def _compare(spark, records, pipeline=None) -> tuple[int, int]:
+    """Native rows equal the Python decoder's for the records the native path takes; ``decode`` equals the Python
+    decoder on every record. Returns (records taken natively, records flagged)."""
+    pipeline = pipeline or _pipeline()
+    native = debezium_json.decode_natively(records, pipeline).cache()
+    taken = native.where(F.col(N.NATIVE_FLAG)).select(*DECODED_COLUMNS)
+    reference = _rows(debezium_json.decode_in_python(records, pipeline))
+    differences = {
+        key: {f: (row[f], reference.get(key, {}).get(f)) for f in row if row[f] != reference.get(key, {}).get(f)}
+        for key, row in _rows(taken).items()
+        if row != reference.get(key)
+    }
+    assert not differences, f"native rows differ from the Python decoder's: {list(differences.items())[:3]}"
+    assert _rows(debezium_json.decode(records, pipeline)) == reference
+    counts = {row[0]: row[1] for row in native.groupBy(N.NATIVE_FLAG).count().collect()}
+    native.unpersist()
+    return counts.get(True, 0), counts.get(False, 0)
+
+
+@pytest.mark.parametrize("seed", [3, 11])
+def test_simulated_history_is_decoded_natively_as_in_python(spark, tmp_path, seed):
+    history = simulate(seed=seed, events=1500, days=2)
+    records = [(r.key, r.value, list(r.headers)) for r in encode("debezium-json", history, tmp_path)]
+    taken, flagged = _compare(spark, _frame(spark, records))
+    tombstones = sum(1 for _, value, _ in records if not value)
+    assert flagged == tombstones, "every row change of the simulator is taken by the native path"
+    assert taken == len(records) - tombstones
+
+
+def test_conformance_corpus_decodes_as_in_python(spark):
+    files = sorted((CONFORMANCE / "debezium").glob("**/*.json"))
+    records = [(None, path.read_bytes(), []) for path in files]
+    for name in (
+        "flink-json/debezium-data-schema-include.txt",
+        "flink-json/debezium-postgres-data-replica-identity.txt",
+    ):
+        records += [(None, r.value.encode(), []) for r in records_from_lines(CONFORMANCE / name)]
+    key = b'{"schema":{"type":"struct","fields":[{"type":"int32","field":"id"}]},"payload":{"id":1}}'
+    keyed = [(key, value, headers) for _, value, headers in records]
+    _compare(spark, _frame(spark, records + keyed))
+
+
+def _wrapped(after: dict | str, fields: list[dict], op: str = "c", extra_source: str = "") -> bytes:
+    """A JsonConverter message of table shop.t with the given image text and schema fields."""
+    schema = {
+        "type": "struct",
+        "fields": [
+            {"type": "struct", "fields": fields, "optional": True, "field": "before"},
+            {"type": "struct", "fields": fields, "optional": True, "field": "after"},
+        ],
+    }
+    image = after if isinstance(after, str) else json.dumps(after, separators=(",", ":"))
+    source = f'{{"connector":"mysql","db":"shop","table":"t","file":"bin.000002","pos":7,"row":0{extra_source}}}'
+    payload = f'{{"before":null,"after":{image},"source":{source},"op":"{op}","ts_ms":1700000000000}}'
+    return ('{"schema":' + json.dumps(schema, separators=(",", ":")) + ',"payload":' + payload + "}").encode()
+
+
+ID = {"type": "int32", "field": "id"}
+KEY = b'{"schema":{"type":"struct","fields":[{"type":"int32","field":"id"}]},"payload":{"id":1}}'
+
+
+def _b64(unscaled: int) -> str:
+    return base64.b64encode(unscaled.to_bytes(max(1, (unscaled.bit_length() + 8) // 8), "big", signed=True)).decode()
+
+
+CORNER_CASES = [
+    # (image text, extra schema fields, taken natively)
+    ('{"id":1,"x":1.5}', [{"type": "double", "field": "x"}], True),
+    ('{"id":1,"x":1.50}', [{"type": "double", "field": "x"}], False),  # Java prints 1.5
+    ('{"id":1,"x":1e5}', [{"type": "double", "field": "x"}], False),
+    ('{"id":1,"x":12345678.5}', [{"type": "double", "field": "x"}], False),  # Java prints 1.23456785E7
+    ('{"id":1,"x":0.001}', [{"type": "double", "field": "x"}], False),
+    ('{"id":1,"x":-0}', [{"type": "int32", "field": "x"}], False),
+    ('{"id":1,"x":12345678901234567890.123456789}', [{"type": "string", "field": "x"}], False),
+    ('{"id":1,"x":9007199254740993}', [{"type": "int64", "field": "x"}], True),  # integers stay exact
+    ('{"id":1,"x":2147483648}', [{"type": "int32", "field": "x"}], False),  # out of int: Python quarantines
+    ('{"id":1,"x":"abc"}', [{"type": "int64", "field": "x"}], False),
+    ('{"id":1,"x":{"a":[1,true]}}', [{"type": "string", "field": "x"}], True),
+    ('{"id":1,"x":"__debezium_unavailable_value"}', [{"type": "string", "field": "x"}], False),
+    ('{"id":1}', [{"type": "string", "field": "x"}], False),  # a column the schema declares is absent
+    ('{"x":"a","id":1}', [{"type": "string", "field": "x"}], False),  # not in schema order
+    ('{"id":1,"x":"\\ud800"}', [{"type": "string", "field": "x"}], False),
+    ('{"id":1,"x":"caf\\u00e9 \\"q\\""}', [{"type": "string", "field": "x"}], True),
+]
+DECIMAL = {"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal", "parameters": {"scale": "3"}}
+DECIMALS = [0, 1, -1, 5, -5, 999, -1000, 123456789, -(2**63), 2**63 - 1, 10**18, 2**70]
+DATES = [0, -1, -719162, 2932896, 2932897, 19000, -25000]
+MILLIS = [0, -1, 1700000000123, -62135596800000, 253402300799999, 253402300800000]
+
+
+def test_corner_cases_are_taken_only_when_exact(spark):
+    records, expected = [], []
+    for image, fields, native in CORNER_CASES:
+        records.append((KEY, _wrapped(image, [ID, *fields]), []))
+        expected.append(native)
+    for unscaled in DECIMALS:
+        records.append((KEY, _wrapped({"id": 1, "d": _b64(unscaled)}, [ID, {**DECIMAL, "field": "d"}]), []))
+        expected.append(len(base64.b64decode(_b64(unscaled))) <= 8)  # the native path takes up to 8 bytes
+    for days in DATES:
+        fields = [ID, {"type": "int32", "name": "io.debezium.time.Date", "field": "d"}]
+        records.append((KEY, _wrapped({"id": 1, "d": days}, fields), []))
+        expected.append(-719162 <= days <= 2932896)
+    for millis in MILLIS:
+        fields = [ID, {"type": "int64", "name": "io.debezium.time.Timestamp", "field": "d"}]
+        records.append((KEY, _wrapped({"id": 1, "d": millis}, fields), []))
+        expected.append(-62135596800000 <= millis <= 253402300799999)
+    # a key change keeps its headers as provenance; an unknown op, a truncate and a tombstone go to Python
+    records.append((KEY, _wrapped({"id": 1}, [ID]), [("__debezium.newkey", b'{"id":2}'), ("other", None)]))
+    expected.append(True)
+    records += [(KEY, _wrapped({"id": 1}, [ID], op="x"), []), (KEY, _wrapped({"id": 1}, [ID], op="t"), [])]
+    records += [(KEY, None, []), (None, _wrapped({"id": 1}, [ID]), [])]
+    expected += [False, False, False, False]
+    frame = _frame(spark, records)
+    _compare(spark, frame)
+    flags = {r.offset: r[N.NATIVE_FLAG] for r in debezium_json.decode_natively(frame, _pipeline()).collect()}
+    assert [flags[i] for i in range(len(records))] == expected
+
+
+def test_configured_keys_and_types(spark):
+    """A configured primary key is applied natively; a table with configured column types goes to Python."""
+    fields = [ID, {"type": "string", "field": "code"}]
+    records = [(KEY, _wrapped({"id": 1, "code": "7"}, fields), [])]
+    keyed = _pipeline({"shop.t": {"primary_key": ["code"]}})
+    assert _compare(spark, _frame(spark, records), keyed) == (1, 0)
+    typed = _pipeline({"shop.t": {"column_types": {"code": "int"}}})
+    assert _compare(spark, _frame(spark, records), typed) == (0, 1)
+
+
+def test_number_tokens_that_pass_the_guard_read_back_as_written(spark):
+    """What the guard lets through, Spark's reader prints exactly as written (Java's Double.toString)."""
+    generator = random.Random(7)
+    tokens = [f"{generator.choice(['', '-'])}{generator.randint(0, 9999999)}.{generator.randint(1, 10**9)}"
+              for _ in range(3000)] + [repr(generator.uniform(-1e6, 1e6)) for _ in range(3000)]  # fmt: skip
+    messages = [(token, f'{{"m":{{"x":{token}}}}}') for token in tokens]
+    frame = spark.createDataFrame(messages, "token string, text string")
+    read = frame.select(
+        "token",
+        N.plain_numbers(F.col("text")).alias("plain"),
+        F.from_json("text", "struct<m map<string,string>>")["m"]["x"].alias("read"),
+    )
+    passed = read.where("plain").collect()
+    assert len(passed) > 500
+    assert [r.token for r in passed if r.read != r.token] == []
+
+
+def test_two_pass_write_equals_decode(spark, tmp_path):
+    history = simulate(seed=5, events=600, days=1)
+    records = [(r.key, r.value, list(r.headers)) for r in encode("debezium-json", history, tmp_path)]
+    records.append((KEY, b'{"not json', []))
+    frame = _frame(spark, records)
+    pipeline = _pipeline()
+    path = str(tmp_path / "decoded")
+    N.write_decoded(
+        debezium_json.decode_natively(frame, pipeline),
+        lambda rest: debezium_json.decode_in_python(rest, pipeline),
+        path,
+    )
+    written = spark.read.parquet(path).select(*DECODED_COLUMNS)
+    assert not (tmp_path / "decoded" / f"record_kind={N.PENDING}").exists()
+    assert _rows(written) == _rows(debezium_json.decode(frame, pipeline))
