@@ -69,6 +69,12 @@ def test_valid_config_resolves_paths_against_its_folder(tmp_path):
             VALID.replace("legacy_swapped: true", "legacy_swapped: 'yes'"),
             r"options.legacy_swapped must be true or false, got 'yes'",
         ),
+        (
+            VALID.replace("format: canal-json", "format: debezium-json").replace(
+                "legacy_swapped: true", "reader: fast"
+            ),
+            r"options.reader must be one of python, spark, got 'fast'",
+        ),
         (VALID + VALID.split("pipelines:\n")[1], r"pipeline name 'shop' is declared twice"),
         ("warehouse: [unclosed", r"not valid YAML"),
         ("- just a list", r"expected a mapping with `warehouse` and `pipelines`"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -168,6 +169,54 @@ def test_corner_cases_are_taken_only_when_exact(spark):
     _compare(spark, frame)
     flags = {r.offset: r[N.NATIVE_FLAG] for r in debezium_json.decode_natively(frame, _pipeline()).collect()}
     assert [flags[i] for i in range(len(records))] == expected
+
+
+# Hostile edits of the fields the native path reads, applied to a simulated message's payload (the schema is kept, so
+# the record still matches its plan): none may crash the decode, and each decodes as the Python decoder decodes it.
+PAYLOAD_EDITS = [  # (pattern, replacement, still decoded natively)
+    (r'"pos":\d+', '"pos":"1x"', False),
+    (r'"pos":\d+', '"pos":-5', False),
+    (r'"file":"[^"]*"', '"file":"mysql-bin"', False),
+    (r'"file":"[^"]*"', '"lsn":"0/16B3748","binlog":"x"', False),
+    (r'"file":"[^"]*"', '"scn":"12a","binlog":"x"', False),
+    (r'"file":"[^"]*"', '"commit_lsn":"00000025:00000d98:0002","binlog":"x"', False),
+    (r'"row":\d+', '"row":1.5', False),
+    (r'"ts_ms":\d+', '"ts_ms":" 12"', False),  # Python reads 12; the native path leaves it
+    (r'"ts_ms":\d+', '"ts_ms":99999999999999999', False),
+    (r'"snapshot":"[^"]*"', '"snapshot":"TRUE"', True),
+    (r'"op":"[cur]"', '"op":"t"', False),
+    (r'"connector":"[^"]*"', '"connector":"mongodb"', False),
+    (r'"db":"[^"]*"', '"db":""', True),
+    (r'"table":"[^"]*"', '"table":""', False),
+    (r'"source":\{', '"source":{"ord":3,', True),  # a binlog file comes first, as in Python
+    (r'"transaction":null', '"transaction":"x"', False),
+    (r'"status":"[^"]*"', '"status":12', True),
+    (r'"status":"[^"]*"', '"status":{"a":[1,"\\u0001"]}', False),
+    (r'"amount":"[^"]*"', '"amount":"%%"', False),
+    (r'"amount":"[^"]*"', '"amount":"AAAAAAAAAAAAAAAAAAAAAAAA"', False),  # 18 bytes: Python decodes it
+    (r'"created_at":\d+', '"created_at":"soon"', False),
+    (r'"customer_id":\d+', '"customer_id":99999999999', False),
+    (r"\}$", "}}", False),
+]
+
+
+def test_hostile_edits_never_crash_and_decode_as_in_python(spark, tmp_path):
+    history = simulate(seed=7, events=200, days=1)
+    messages = [r for r in encode("debezium-json", history, tmp_path) if r.value][:60]
+    records = []
+    for pattern, replacement, _ in PAYLOAD_EDITS:
+        for message in messages:
+            schema, payload = message.value.decode().split(',"payload":', 1)
+            edited = re.sub(pattern, lambda _, text=replacement: text, payload, count=1)
+            if edited != payload:
+                records.append((message.key, f'{schema},"payload":{edited}'.encode(), list(message.headers)))
+                break
+        else:
+            raise AssertionError(f"no simulated message has {pattern}")
+    frame = _frame(spark, records)
+    _compare(spark, frame)
+    flags = {r.offset: r[N.NATIVE_FLAG] for r in debezium_json.decode_natively(frame, _pipeline()).collect()}
+    assert [flags[i] for i in range(len(records))] == [native for _, _, native in PAYLOAD_EDITS]
 
 
 def test_configured_keys_and_types(spark):

@@ -39,7 +39,14 @@ CHANGELOG_DDL = (
     "position array<decimal(38,0)>, event_time timestamp, "
     "topic string, partition int, offset bigint, row_index int, format string"
 )
-CHANGELOG_COLUMNS = tuple(part.strip().split(" ")[0] for part in CHANGELOG_DDL.split(", ") if " " in part.strip())
+
+
+def column_names(ddl: str) -> tuple[str, ...]:
+    """The column names of one of the DDL strings here, in order (a ", " inside a map type starts no column)."""
+    return tuple(part.strip().split(" ")[0] for part in ddl.split(", ") if " " in part.strip())
+
+
+CHANGELOG_COLUMNS = column_names(CHANGELOG_DDL)
 
 QUARANTINE_DDL = (
     "topic string, partition int, offset bigint, timestamp timestamp, format string, reason string, "

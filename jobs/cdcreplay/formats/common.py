@@ -40,8 +40,7 @@ DECODED_DDL = (
     S.CHANGELOG_DDL + ", timestamp timestamp, record_kind string, control_kind string, reason string, detail string, "
     "raw_key binary, raw_value binary"
 )
-DECODED_COLUMNS = [*S.CHANGELOG_COLUMNS, "timestamp", "record_kind", "control_kind", "reason", "detail"]
-DECODED_COLUMNS += ["raw_key", "raw_value"]
+DECODED_COLUMNS = S.column_names(DECODED_DDL)
 
 
 def finish(records: DataFrame, entries: Column, pipeline: PipelineConfig) -> DataFrame:

@@ -21,13 +21,12 @@ from pyspark.sql import DataFrame
 
 from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
-from cdcreplay.formats.common import DECODED_COLUMNS
 from cdcreplay.formats.debezium_events import SchemaInfo, event_entries, schema_info
+from cdcreplay.formats.debezium_native import FORMAT_ID as FORMAT_ID
 from cdcreplay.formats.debezium_native import native_rows, schema_plans
 from cdcreplay.formats.native_json import with_python_fallback
 from cdcreplay.formats.python_rows import DecodeError, RawRecord, decode_with_python
 
-FORMAT_ID = "debezium-json"
 MAX_CACHED_SCHEMAS = 1024
 # (start of a wrapped value, separator before the payload): JsonConverter's compact text, and json.dumps' default.
 LAYOUTS = (('{"schema":', ',"payload":'), ('{"schema": ', ', "payload": '))
@@ -120,4 +119,4 @@ def decode(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
     if not reads_natively(pipeline):
         return decode_in_python(records, pipeline)
     native = decode_natively(records, pipeline)
-    return with_python_fallback(native, lambda rest: decode_in_python(rest, pipeline), DECODED_COLUMNS)
+    return with_python_fallback(native, lambda rest: decode_in_python(rest, pipeline))

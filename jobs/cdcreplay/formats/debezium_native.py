@@ -2,17 +2,18 @@
 
 JsonConverter writes ``{"schema":S,"payload":P}``, and S -- about four fifths of the bytes -- is the same for every
 message of one table version. S is cut out of the text without parsing it (as the Python decoder does), so only P is
-parsed per record. The distinct schemas of the input are found first by a light pass (a hash per record, no JSON
-parse) and read on the driver; each becomes a :class:`SchemaPlan`: its columns, their Spark types, the conversion of
+parsed per record. The distinct schemas of the input are found first by a light pass over the records (a second
+read of the archive: grouped by the schema's length and a hash of the first bytes, no JSON parse, no copy) and read
+on the driver; each becomes a :class:`SchemaPlan`: its columns, their Spark types, the conversion of
 each value (Connect ``Decimal`` from base64, ``Date`` from days, ``Timestamp``/``MicroTimestamp`` from epoch counts)
 and the check that the value is one its type holds. A plan is a handful of column expressions per column of one
 table, applied under a CASE on the record's schema: what depends on a table's columns stays per table.
 
 The native path decodes ops c/u/d/r of a relational connector whose position it knows (MySQL/MariaDB binlog file,
 pos and row; PostgreSQL lsn; Oracle commit_scn and scn), whose images carry exactly the schema's columns with values
-that pass their checks, keyed by a JSON Kafka key, without key-change headers. Everything else -- tombstones,
-transaction and schema-change messages, op m and t, MongoDB, SQL Server, TOAST placeholders, bad values, a table
-with configured column types -- goes through the Python decoder (``debezium_json.decode_record``) unchanged.
+that pass their checks, keyed by a JSON Kafka key (key-change headers are kept as provenance). Everything else --
+tombstones, transaction and schema-change messages, op m and t, MongoDB, SQL Server, TOAST placeholders, bad values,
+a table with configured column types -- goes through the Python decoder (``debezium_json.decode_record``) unchanged.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from cdcreplay.formats import native_json as N
 from cdcreplay.formats.debezium_events import (
     HEADER_NEW_KEY,
     HEADER_OLD_KEY,
+    OPS,
     SNAPSHOT_MARKERS,
     UNAVAILABLE_FORMS,
     image_fields,
@@ -54,7 +56,7 @@ MICRO_TIMESTAMP = "io.debezium.time.MicroTimestamp"
 # At most this many table versions get a native plan (the most frequent); records of others are decoded in Python.
 MAX_NATIVE_SCHEMAS = 64
 MAX_KEY_COLUMNS = 4
-NATIVE_OPS = {"c": S.OP_INSERT, "u": S.OP_UPDATE, "d": S.OP_DELETE, "r": S.OP_SNAPSHOT}
+NATIVE_OPS = ("c", "u", "d", "r")  # t (truncate) and m (message) are left to Python
 PAYLOAD_DDL = (
     "op string, ts_ms string, before map<string,string>, after map<string,string>, source map<string,string>, "
     "transaction map<string,string>, message map<string,string>, updateDescription map<string,string>, patch string"
@@ -265,7 +267,7 @@ def _event_time(source: Column, payload: Column) -> tuple[Column, Column]:
 
 
 def _part(text: Column) -> Column:
-    return text.cast("decimal(38,0)")
+    return text.try_cast("decimal(38,0)")  # computed for every record, vouched for or not: never raises
 
 
 def _position(source: Column) -> tuple[Column, Column]:
@@ -364,13 +366,10 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[Schema
     plan = F.col("_plan")
     op_code = payload["op"]
     snapshot_marked = F.lower(F.coalesce(source["snapshot"], F.lit(""))).isin(*SNAPSHOT_MARKERS)
-    op = (
-        F.when((op_code == "c") & snapshot_marked, F.lit(S.OP_SNAPSHOT))
-        .when(op_code == "c", F.lit(S.OP_INSERT))
-        .when(op_code == "u", F.lit(S.OP_UPDATE))
-        .when(op_code == "d", F.lit(S.OP_DELETE))
-        .when(op_code == "r", F.lit(S.OP_SNAPSHOT))
-    )
+    # op=c with source.snapshot set is a snapshot read (never rely on op alone), as in debezium_events
+    op = F.when((op_code == "c") & snapshot_marked, F.lit(S.OP_SNAPSHOT))
+    for code in NATIVE_OPS:
+        op = op.when(op_code == code, F.lit(OPS[code]))
     if plan_list:
         afters = [_image(payload["after"], p) for p in plan_list]
         befores = [_image(payload["before"], p) for p in plan_list]

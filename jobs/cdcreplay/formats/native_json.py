@@ -23,6 +23,8 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from cdcreplay.formats.common import DECODED_COLUMNS
+
 # Records the native path did not decode carry this flag false; the caller hands them to the Python decoder.
 NATIVE_FLAG = "native"
 CORRUPT_FIELD = "_corrupt"
@@ -63,7 +65,8 @@ def parse(text: Column, ddl: str) -> Column:
 
 def one_object(text: Column) -> Column:
     """The text ends with its object's closing brace and opens as many braces as it closes: Spark ignores what
-    follows a complete object, Python does not (braces inside strings make this conservative, never wrong)."""
+    follows a complete object, Python does not. A heuristic for the common case (a stray closing brace, a member
+    after the payload): braces inside strings can hide a trailing text that balances them."""
     opened = F.length(text) - F.length(F.regexp_replace(text, r"\{", ""))
     closed = F.length(text) - F.length(F.regexp_replace(text, r"\}", ""))
     return text.endswith("}") & (opened == closed)
@@ -107,13 +110,13 @@ def flagged_records(native: DataFrame) -> DataFrame:
     )
 
 
-def with_python_fallback(native: DataFrame, python_decode, decoded_columns: list[str]) -> DataFrame:
+def with_python_fallback(native: DataFrame, python_decode) -> DataFrame:
     """The natively decoded rows, and the Python decoder's rows for every record the native path flagged.
 
     ``native`` has the decoded columns, the flag, and the raw record columns (``record_columns``). Both branches
     start from the same parse, which Spark computes once per branch.
     """
-    decoded = native.where(F.col(NATIVE_FLAG)).select(*decoded_columns)
+    decoded = native.where(F.col(NATIVE_FLAG)).select(*DECODED_COLUMNS)
     return decoded.unionByName(python_decode(flagged_records(native)))
 
 
@@ -124,8 +127,6 @@ def write_decoded(native: DataFrame, python_decode, path: str, keep=None) -> Non
     """Decode into ``path`` (Parquet partitioned by record_kind) parsing each record once: the native rows and the
     flagged records (with their raw columns) are written in one pass; the flagged records are then read back,
     decoded in Python and appended. ``keep``: a filter of the decoded rows (the run's tables)."""
-    from cdcreplay.formats.common import DECODED_COLUMNS
-
     flagged = ~F.col(NATIVE_FLAG)
     first = native.select(
         *[
