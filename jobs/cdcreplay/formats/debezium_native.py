@@ -54,7 +54,9 @@ FORMAT_ID = "debezium-json"
 WRAPPED_START, PAYLOAD_SEPARATOR = '{"schema":', ',"payload":'  # JsonConverter's compact layout
 MICRO_TIMESTAMP = "io.debezium.time.MicroTimestamp"
 # At most this many table versions get a native plan (the most frequent); records of others are decoded in Python.
-MAX_NATIVE_SCHEMAS = 64
+# Every plan adds its columns' expressions to one generated projection, whose code the driver holds as text: 64 plans
+# of two columns each (a bug once made a plan per record) needed more than 600 MB of driver heap to build it.
+MAX_NATIVE_SCHEMAS = 16
 MAX_KEY_COLUMNS = 4
 NATIVE_OPS = ("c", "u", "d", "r")  # t (truncate) and m (message) are left to Python
 PAYLOAD_DDL = (
@@ -112,7 +114,8 @@ def _digits(text: str | None) -> bool:
 def _native_field(field: Field, spark_type: str) -> bool:
     if field.name == DECIMAL:
         precision = "38" if field.precision is None else field.precision
-        return _digits(precision) and _digits(field.scale) and int(field.scale) <= int(precision) <= 38
+        digits = _digits(precision) and _digits(field.scale)
+        return digits and int(field.scale) <= min(int(precision), 17) and int(precision) <= 38
     if field.name in DATE_NAMES or field.name in MILLI_TIMESTAMPS or field.name == MICRO_TIMESTAMP:
         return True
     return converter(field) is None and field.type in PRIMITIVES and spark_type in CHECKS
@@ -143,7 +146,7 @@ def _prefix_bytes(text: Column) -> Column:
 
 def schema_plans(records: DataFrame) -> list[SchemaPlan]:
     """The native plans of the schemas in ``records``: one pass that neither parses nor copies a record's schema
-    (records are grouped by the schema's length and a hash of the message's first bytes; a plan matches a record
+    (records are grouped by the schema's length and a hash of its first bytes; a plan matches a record
     only when its whole schema text does, so a record whose schema shared a group with another is decoded in
     Python, never with the other's plan). Only one schema text per group reaches the driver."""
     value = F.col("value")
@@ -153,7 +156,9 @@ def schema_plans(records: DataFrame) -> list[SchemaPlan]:
     start = len(WRAPPED_START.encode())
     found = (
         records.where(wrapped)
-        .groupBy(prefix.alias("prefix"), F.xxhash64(F.substring(value, 1, 512)).alias("hash"))
+        .groupBy(
+            prefix.alias("prefix"), F.xxhash64(F.substring(value, F.lit(1), F.least(prefix, F.lit(512)))).alias("hash")
+        )
         .agg(
             F.first(F.substring(value, start + 1, prefix - start - len(PAYLOAD_SEPARATOR))).alias("schema"),
             F.count(F.lit(1)).alias("records"),
@@ -162,13 +167,14 @@ def schema_plans(records: DataFrame) -> list[SchemaPlan]:
         .limit(MAX_NATIVE_SCHEMAS)
         .collect()
     )
-    plans = []
+    plans, seen = [], set()
     for row in found:
         try:
             text_of_schema = bytes(row.schema).decode("utf-8")
         except UnicodeDecodeError:
             continue
-        plan = schema_plan(text_of_schema)
+        plan = schema_plan(text_of_schema) if text_of_schema not in seen else None
+        seen.add(text_of_schema)
         if plan is not None:
             plans.append(plan)
     return plans
@@ -177,43 +183,25 @@ def schema_plans(records: DataFrame) -> list[SchemaPlan]:
 # --- values ----------------------------------------------------------------------------------------------------------
 
 
-def _decimal_text(raw: Column, scale: int) -> Column:
-    """Connect Decimal: base64 of the big-endian two's-complement unscaled integer (1 to 8 bytes) -> exact text."""
+def _decimal(raw: Column, precision: int, scale: int) -> tuple[Column, Column]:
+    """Connect Decimal: base64 of the big-endian two's-complement unscaled integer (1 to 8 bytes) -> (exact text,
+    whether the native path vouches for it). The unscaled value times 10^-scale is exact in decimal(21+scale, scale),
+    whose text has exactly ``scale`` digits after the point, as the Python decoder writes it."""
     decoded = F.try_to_binary(raw, F.lit("base64"))
-    hexed = F.hex(F.when(F.octet_length(decoded) <= 8, decoded))  # longer: left to Python (see _decimal_ok)
-    size = F.length(hexed) / 2
+    hexed = F.hex(F.when(F.octet_length(decoded) <= 8, decoded))  # longer: left to Python
     unsigned = F.conv(hexed, 16, 10).try_cast("decimal(20,0)")
-    negative = F.substring(hexed, 1, 1) >= F.lit("8")
-    modulus = F.pow(F.lit(2), size * 8).try_cast("decimal(20,0)")  # exact: a power of two below 2^65 in a double
-    digits = F.when(negative, (modulus - unsigned).cast("string")).otherwise(unsigned.cast("string"))
-    sign = F.when(negative, F.lit("-")).otherwise(F.lit(""))
-    if scale <= 0:
-        return F.concat(sign, digits)
-    padded = F.when(F.length(digits) > scale, digits).otherwise(F.lpad(digits, scale + 1, "0"))
-    whole = F.length(padded) - scale
-    fraction = F.substring(padded, whole + 1, F.lit(scale))
-    return F.concat(sign, F.substring(padded, F.lit(1), whole), F.lit("."), fraction)
-
-
-def _decimal_ok(raw: Column) -> Column:
-    decoded = F.try_to_binary(raw, F.lit("base64"))
-    return raw.rlike(_BASE64) & (F.length(raw) >= 4) & (F.octet_length(decoded) <= 8)
-
-
-def _decimal_check(precision: int, scale: int) -> str:
-    whole = precision - scale
-    integer = "0" if whole == 0 else f"(0|[1-9][0-9]{{0,{whole - 1}}})"
-    fraction = f"(\\.[0-9]{{{scale}}})?" if scale > 0 else ""
-    return f"^-?{integer}{fraction}$"
+    modulus = F.pow(F.lit(2), F.length(hexed) * 4).try_cast("decimal(20,0)")  # 2^(8 * bytes), exact in a double
+    signed = F.when(F.substring(hexed, 1, 1) >= F.lit("8"), unsigned - modulus).otherwise(unsigned)
+    scaled = signed * F.lit(Decimal(1).scaleb(-scale)) if scale > 0 else signed
+    fits = F.abs(signed) < F.lit(Decimal(10) ** min(precision, 20))  # 8 bytes never reach 10^20
+    ok = raw.rlike(_BASE64) & (F.length(raw) >= 4) & fits
+    return scaled.cast("string"), ok
 
 
 def _value(raw: Column, field: Field, spark_type: str) -> tuple[Column, Column]:
     """(canonical text, whether the native path vouches for it) of one present, non-null value."""
     if field.name == DECIMAL:
-        precision = 38 if field.precision is None else int(field.precision)
-        scale = int(field.scale)
-        text = _decimal_text(raw, scale)
-        return text, _decimal_ok(raw) & text.rlike(_decimal_check(precision, scale))
+        return _decimal(raw, 38 if field.precision is None else int(field.precision), int(field.scale))
     if field.name in DATE_NAMES:
         days = F.when(raw.rlike(r"^-?[0-9]{1,7}$"), raw.try_cast("int"))
         ok = days.between(MIN_DAYS, MAX_DAYS)
@@ -228,8 +216,9 @@ def _value(raw: Column, field: Field, spark_type: str) -> tuple[Column, Column]:
     return raw, F.lit(True) if check is None else check(raw)
 
 
-def _image(image: Column, plan: SchemaPlan) -> tuple[Column, Column]:
-    """(converted image, whether the native path vouches for it) of an image carrying exactly the plan's columns."""
+def _image(image: Column, plan: SchemaPlan) -> Column:
+    """struct(image: the converted image, ok: whether the native path vouches for it) of an image that must carry
+    exactly the plan's columns."""
     names = F.array(*[F.lit(name) for name in plan.columns])
     values = F.map_values(image)
     converted, checks, changed = [], [], False
@@ -244,7 +233,7 @@ def _image(image: Column, plan: SchemaPlan) -> tuple[Column, Column]:
     for check in checks:
         vouched = vouched & F.coalesce(check, F.lit(False))
     out = F.map_from_arrays(names, F.array(*converted)) if changed else image
-    return F.when(image.isNotNull(), out), image.isNull() | vouched
+    return F.struct(F.when(image.isNotNull(), out).alias("image"), (image.isNull() | vouched).alias("ok"))
 
 
 # --- the envelope ----------------------------------------------------------------------------------------------------
@@ -370,17 +359,14 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[Schema
     op = F.when((op_code == "c") & snapshot_marked, F.lit(S.OP_SNAPSHOT))
     for code in NATIVE_OPS:
         op = op.when(op_code == code, F.lit(OPS[code]))
+    # One CASE per image, each plan's branch computing its converted image and its verdict together.
+    no_image = F.struct(F.lit(None).cast("map<string,string>").alias("image"), F.lit(False).alias("ok"))
     if plan_list:
-        afters = [_image(payload["after"], p) for p in plan_list]
-        befores = [_image(payload["before"], p) for p in plan_list]
-        after = _per_plan(plan, [a[0] for a in afters])
-        after_ok = _per_plan(plan, [a[1] for a in afters])
-        before = _per_plan(plan, [b[0] for b in befores])
-        before_ok = _per_plan(plan, [b[1] for b in befores])
+        after = _per_plan(plan, [_image(payload["after"], p) for p in plan_list])
+        before = _per_plan(plan, [_image(payload["before"], p) for p in plan_list])
         column_types = _per_plan(plan, [N.literal_map(p.types) for p in plan_list])
     else:
-        after = before = F.lit(None).cast("map<string,string>")
-        after_ok = before_ok = F.lit(False)
+        after = before = no_image
         column_types = F.lit(None).cast("map<string,string>")
 
     db, schema_name, table = source["db"], source["schema"], source["table"]
@@ -422,7 +408,7 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[Schema
     decoded = parsed.select(
         *N.record_columns(),
         "timestamp",
-        F.coalesce(envelope_ok & after_ok & before_ok, F.lit(False)).alias("_vouched"),
+        F.coalesce(envelope_ok, F.lit(False)).alias("_envelope_ok"),
         table_id.alias("table_id"),
         db.alias("source_db"),
         schema_name.alias("source_schema"),
@@ -430,17 +416,19 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[Schema
         op.alias("op"),
         key_columns.alias("key_columns"),
         after.alias("_after"),
-        before.alias("before"),
+        before.alias("_before"),
         is_delete.alias("_is_delete"),
         column_types.alias("column_types"),
         position.alias("position"),
         event_time.alias("event_time"),
         detail.alias("detail"),
     )
-    key = _key_text(F.when(F.col("_is_delete"), F.col("before")).otherwise(F.col("_after")), F.col("key_columns"))
+    after, before = F.col("_after.image"), F.col("_before.image")
+    key = _key_text(F.when(F.col("_is_delete"), before).otherwise(after), F.col("key_columns"))
+    vouched = F.col("_envelope_ok") & F.col("_after.ok") & F.col("_before.ok") & key.isNotNull()
     return decoded.select(
         *[c for c in decoded.columns if c.startswith("_record_") or c in ("topic", "partition", "offset")],
-        (F.col("_vouched") & key.isNotNull()).alias(N.NATIVE_FLAG),
+        F.coalesce(vouched, F.lit(False)).alias(N.NATIVE_FLAG),
         "table_id",
         "source_db",
         "source_schema",
@@ -448,8 +436,8 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[Schema
         "op",
         key.alias("key"),
         "key_columns",
-        F.when(~F.col("_is_delete"), F.col("_after")).alias("after"),
-        "before",
+        F.when(~F.col("_is_delete"), after).alias("after"),
+        before.alias("before"),
         "column_types",
         "position",
         "event_time",
