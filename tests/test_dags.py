@@ -176,6 +176,8 @@ GOOD_VALUES = [
     ("config", "/etc/cdcreplay/pipelines.yaml"),
     ("pipelines", []),
     ("pipelines", ["demo_debezium", "demo_canal"]),
+    ("pipelines", None),  # what the trigger form sends for a list typed in and then cleared
+    ("tables", None),
     ("tables", ["inventory.customers", "db.schema.t-1"]),
     ("start", None),
     ("start", ""),
@@ -336,6 +338,11 @@ def test_validate_run_fails_without_retry_naming_the_parameter(validate_run, par
 
     with pytest.raises(AirflowFailException, match=message):
         validate_run(**params)
+
+
+def test_validate_run_takes_a_cleared_list_field_as_everything(validate_run):
+    spec = validate_run(pipelines=None, tables=None)
+    assert (spec["pipelines"], spec["tables"]) == ([], [])
 
 
 def test_validate_run_reports_config_errors_with_file_and_field(validate_run, config_file):
