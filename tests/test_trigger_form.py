@@ -116,7 +116,8 @@ def page(ui):
 def open_trigger_form(ui, page):
     page.goto(f"{ui.url}/dags/{DAG_ID}")
     page.get_by_role("button", name="Trigger").first.click()
-    dialog = page.get_by_role("dialog")
+    # The modal itself: a date picker's popover is a "dialog" too, and stays in the page a moment after it closes.
+    dialog = page.locator("[data-scope=dialog][data-part=content]")
     dialog.get_by_text("Run Parameters").wait_for()
     return dialog
 
