@@ -403,7 +403,7 @@ def test_an_end_before_the_start_is_refused_naming_both_before_any_spark_job(ui,
         "(end is exclusive)",
     )
     REFUSED_SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-    page.set_viewport_size({"width": 1440, "height": 1200})  # the log's first lines, with the message, in view
+    page.set_viewport_size({"width": 1920, "height": 1100})  # the message's whole line and the log's first lines
     page.screenshot(path=str(REFUSED_SCREENSHOT))
     page.set_viewport_size({"width": 1440, "height": 900})
     print(f"screenshot of the refusal: {REFUSED_SCREENSHOT}")
