@@ -28,6 +28,9 @@ DEFAULT_CONFIG = os.environ.get("CDCREPLAY_CONFIG") or str(REPO / "config" / "pi
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$(?!\n)"
 # Empty, a date, or a date-time with optional offset. `format: date-time` gives the UI its date-time picker, but
 # jsonschema only enforces `format` when rfc3339-validator is installed, so the pattern is what rejects bad values.
+# The picker (Airflow 3.3) takes a date and a time in the UI's selected time zone, the browser's unless the user
+# picked another, and sends the instant in UTC with milliseconds: 2026-01-31T00:30:00.000Z. Its titles therefore
+# claim no time zone; tests/test_trigger_form.py picks in UTC+05:30 and checks what arrives.
 TIME_PATTERN = (
     r"^$|^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])"
     r"([T ]([01]\d|2[0-3]):[0-5]\d(:[0-5]\d(\.\d{1,9})?)?(Z|[+-]([01]\d|2[0-3]):?[0-5]\d)?)?$"
@@ -64,9 +67,11 @@ PARAMS = {
         title="Pipelines config",
         description="Path of the pipelines YAML file (default: $CDCREPLAY_CONFIG, else <repo>/config/pipelines.yaml).",
     ),
+    # "null" among the types: the trigger form marks a field required unless its type allows null, and sends null
+    # for a list field typed in and then cleared -- "empty: every pipeline" must stay a value it can send.
     "pipelines": Param(
         [],
-        type="array",
+        type=["null", "array"],
         items={"type": "string", "pattern": NAME_PATTERN},
         uniqueItems=True,
         title="Pipelines",
@@ -74,7 +79,7 @@ PARAMS = {
     ),
     "tables": Param(
         [],
-        type="array",
+        type=["null", "array"],
         items={"type": "string", "pattern": NAME_PATTERN},
         uniqueItems=True,
         title="Tables",
@@ -85,18 +90,20 @@ PARAMS = {
         type=["null", "string"],
         format="date-time",
         pattern=TIME_PATTERN,
-        title="Start (UTC, inclusive)",
-        description="Replay records from this time, e.g. 2026-01-31 or 2026-01-31T06:00:00Z. Empty: the start of "
-        "the run's data interval (no bound when offsets are given, on a full rebuild, or for a run without one).",
+        title="Start (inclusive)",
+        description="Replay records from this time. The form's picker reads it in the time zone it shows (the UI's, "
+        "set at the bottom left) and sends it as UTC; as text: 2026-01-31 or 2026-01-31T06:00:00Z (UTC without an "
+        "offset). Empty: the start of the run's data interval (no bound when offsets are given, on a full rebuild, "
+        "or for a run without one).",
     ),
     "end": Param(
         None,
         type=["null", "string"],
         format="date-time",
         pattern=TIME_PATTERN,
-        title="End (UTC, exclusive)",
-        description="Replay records before this time. Empty: the end of the run's data interval (same exceptions "
-        "as start).",
+        title="End (exclusive)",
+        description="Replay records before this time (picked or typed as start is). Empty: the end of the run's "
+        "data interval (same exceptions as start).",
     ),
     "offsets": Param(
         None,

@@ -280,6 +280,26 @@ def free_local_port() -> int:
         return sock.getsockname()[1]
 
 
+def stack_settings(port: int) -> dict[str, str]:
+    """Settings for an AirflowStack whose api-server listens on 127.0.0.1:``port`` and whose scheduler runs tasks.
+
+    LocalExecutor is Airflow 3.3's default and works on the embedded SQLite metadata (the SequentialExecutor that
+    Airflow 2 required there is gone): the scheduler runs each task in a subprocess, which reports to the api-server's
+    execution API rather than writing the database itself.
+    """
+    return {
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__API__WORKERS": "1",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+        "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+        # Only the runs a test asks for: no "latest interval" run when the DAG is unpaused (it would add a run
+        # folder and compete with the test's runs).
+        "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
+    }
+
+
 class AirflowStack:
     """api-server + scheduler + dag-processor as subprocesses of this test, each in its own process group."""
 
@@ -437,19 +457,11 @@ def test_backfill_two_dates_then_rerun_gives_identical_tables(sample_archive, tm
     env = migrated_home(
         tmp_path / "home",
         config,
-        AIRFLOW__CORE__EXECUTOR="LocalExecutor",
-        AIRFLOW__API__HOST="127.0.0.1",
-        AIRFLOW__API__PORT=str(port),
-        AIRFLOW__API__WORKERS="1",
-        AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"http://127.0.0.1:{port}/execution/",
+        **stack_settings(port),
         AIRFLOW__API_AUTH__JWT_SECRET=secrets.token_urlsafe(32),
         AIRFLOW__API__SECRET_KEY=secrets.token_urlsafe(32),
-        AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK="False",
         # The api-server on loopback, for this test only: its REST API answers without a login (wait_for_runs).
         AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="True",
-        # Only the backfill's runs: no "latest interval" run when the DAG is unpaused (it would add a third run
-        # folder and compete with the backfill).
-        AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE="False",
     )
     airflow(env, "dags", "reserialize")  # parse now, so the DAG exists before the dag-processor's first pass
     airflow(env, "dags", "unpause", DAG_ID)

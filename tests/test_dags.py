@@ -176,6 +176,8 @@ GOOD_VALUES = [
     ("config", "/etc/cdcreplay/pipelines.yaml"),
     ("pipelines", []),
     ("pipelines", ["demo_debezium", "demo_canal"]),
+    ("pipelines", None),  # what the trigger form sends for a list typed in and then cleared
+    ("tables", None),
     ("tables", ["inventory.customers", "db.schema.t-1"]),
     ("start", None),
     ("start", ""),
@@ -336,6 +338,41 @@ def test_validate_run_fails_without_retry_naming_the_parameter(validate_run, par
 
     with pytest.raises(AirflowFailException, match=message):
         validate_run(**params)
+
+
+def test_validate_run_takes_a_cleared_list_field_as_everything(validate_run):
+    spec = validate_run(pipelines=None, tables=None)
+    assert (spec["pipelines"], spec["tables"]) == ([], [])
+
+
+def test_validate_run_refuses_a_table_no_selected_pipeline_knows(validate_run, config_file):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    # Nothing published and nothing declared yet: the tables are only in the archive, any name passes.
+    assert validate_run(tables=["shop.nope"])["tables"] == ["shop.nope"]
+    published = config_file.parent / "warehouse" / "demo_canal" / "_CURRENT.json"
+    published.parent.mkdir(parents=True)
+    published.write_text(json.dumps({"tables": {"shop.orders": {}, "shop.customers": {}}}), encoding="utf-8")
+    config_file.write_text(
+        config_file.read_text(encoding="utf-8").replace(
+            "format: debezium-json\n", "format: debezium-json\n    tables: {inventory.items: {}}\n"
+        ),
+        encoding="utf-8",
+    )
+    assert validate_run(tables=["shop.orders", "inventory.items"])["tables"] == ["shop.orders", "inventory.items"]
+    with pytest.raises(AirflowFailException) as refused:
+        validate_run(tables=["shop.orders", "shop.nope"])
+    assert str(refused.value) == (
+        "parameter tables: 'shop.nope' is not a table of the selected pipelines (demo_debezium: inventory.items; "
+        "demo_canal: shop.customers, shop.orders); fix the name, leave tables empty to build every table, or, for "
+        f"a table new to the archive, declare it under the pipeline's `tables:` in {config_file} (`shop.nope: {{}}` "
+        "is enough)"
+    )
+    # Only the selected pipelines count: demo_debezium does not know shop.orders.
+    with pytest.raises(
+        AirflowFailException, match=r"'shop\.orders' is not a table of the selected pipelines \(demo_deb"
+    ):
+        validate_run(pipelines=["demo_debezium"], tables=["shop.orders"])
 
 
 def test_validate_run_reports_config_errors_with_file_and_field(validate_run, config_file):

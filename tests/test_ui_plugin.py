@@ -19,7 +19,6 @@ import json
 import os
 import secrets
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -34,6 +33,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "plugins"))  # where Airflow finds the plugin package, too
 
+from airflow_ui import SCREENSHOTS, logged_in_page, ui_env  # noqa: E402
 from cdcreplay_ui.runs_index import (  # noqa: E402
     DEFAULT_DIFF_STATUSES,
     DiffPage,
@@ -43,22 +43,11 @@ from cdcreplay_ui.runs_index import (  # noqa: E402
     TableResult,
     Warehouse,
 )
-from test_airflow_run import AirflowStack, _tail, airflow, free_local_port, migrated_home, write_config  # noqa: E402
+from test_airflow_run import AirflowStack, _tail, airflow, free_local_port, write_config  # noqa: E402
 
 from cdcreplay.airflow_env import DAG_ID  # noqa: E402
 
-SCREENSHOT = REPO / "var" / "screenshots" / "reconciliation.png"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+SCREENSHOT = SCREENSHOTS / "reconciliation.png"
 
 # --------------------------------------------------------------------------------------------------------------------
 # A warehouse written by hand, in the layout and with the keys the replay and reconcile jobs write
@@ -424,21 +413,6 @@ def write_archives(archive: Path) -> list:
     return history.drift_rows
 
 
-def ui_env(home: Path, config: Path, password: str) -> dict[str, str]:
-    """The embedded setup (airflow_env) with a login: user admin, its password in a file of the test's own."""
-    passwords = home / "passwords.json"
-    home.mkdir(parents=True, exist_ok=True)
-    passwords.write_text(json.dumps({"admin": password}), encoding="utf-8")
-    return migrated_home(
-        home,
-        config,
-        AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="admin:admin",
-        AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE=str(passwords),
-        AIRFLOW__API_AUTH__JWT_SECRET=secrets.token_hex(16),
-        AIRFLOW__API__SECRET_KEY=secrets.token_hex(16),
-    )
-
-
 def run_dag(env: dict[str, str], logical_date: str, conf: dict) -> tuple[int, str]:
     result = airflow(env, "dags", "test", DAG_ID, logical_date, "--conf", json.dumps(conf), timeout=900, check=False)
     return result.returncode, result.stdout + result.stderr
@@ -507,36 +481,9 @@ def served(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser(served):
-    """Headless Debian Chromium with a new empty profile, logged in to Airflow through its login page.
-
-    Only requests to the api-server leave the browser (GX Data Docs name CDN stylesheets: they are refused).
-    """
-    from playwright.sync_api import sync_playwright
-
-    assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: run scripts/setup-browser.sh"
-    with tempfile.TemporaryDirectory() as profile, sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            profile,
-            executable_path=CHROMIUM,
-            headless=True,
-            args=CHROMIUM_ARGS,
-            viewport={"width": 1440, "height": 900},
-        )
-        local = served["url"] + "/"
-        context.route("**/*", lambda route: route.continue_() if route.request.url.startswith(local) else route.abort())
-        page = context.new_page()
-        page.set_default_timeout(30_000)
-        # Not logged in: the view sends the browser to Airflow's login page, which comes back after the login.
-        page.goto(served["url"] + "/cdcreplay/")
-        assert page.url.startswith(served["url"] + "/auth/login?next="), page.url
-        page.get_by_label("Username").fill("admin")
-        page.get_by_label("Password").fill(served["password"])
-        page.get_by_role("button", name="Sign in").click()
-        page.wait_for_url(served["url"] + "/cdcreplay/")
-        try:
-            yield page
-        finally:
-            context.close()
+    """Headless Chromium logged in to Airflow; the view first sends it to Airflow's login page."""
+    with logged_in_page(served["url"], served["password"], "/cdcreplay/") as page:
+        yield page
 
 
 def cells(row) -> list[str]:

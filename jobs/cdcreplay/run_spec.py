@@ -8,11 +8,21 @@ from __future__ import annotations
 
 import json
 import re
+from contextlib import suppress
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
-from cdcreplay.config import KAFKA_TOPIC, KAFKA_TOPIC_RULE, SAFE_NAME, SAFE_NAME_RULE, ConfigError, LoadedConfig
+from cdcreplay.config import (
+    KAFKA_TOPIC,
+    KAFKA_TOPIC_RULE,
+    SAFE_NAME,
+    SAFE_NAME_RULE,
+    ConfigError,
+    LoadedConfig,
+    PipelineConfig,
+)
 from cdcreplay.formats import check_config
+from cdcreplay.warehouse import PipelinePaths, read_current
 
 RUN_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
 
@@ -148,6 +158,42 @@ def _names(value, parameter: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _known_tables(config: LoadedConfig, pipeline: PipelineConfig) -> set[str]:
+    """The tables a pipeline knows without reading its archive: those the config declares under ``tables:`` and those
+    its last run published (``_CURRENT.json``). A warehouse this process cannot read (a URI, a folder not mounted
+    here, an unreadable pointer) adds none."""
+    known = set(pipeline.tables)
+    if "://" not in config.warehouse:
+        with suppress(OSError, ValueError):
+            known |= set((read_current(PipelinePaths(config.warehouse, pipeline.name)) or {}).get("tables", {}))
+    return known
+
+
+def _check_tables_are_known(config: LoadedConfig, pipelines, tables: tuple[str, ...]) -> None:
+    """A table filter naming no table of the selected pipelines would build nothing, silently: refuse it up front.
+
+    Before a pipeline's first publish, and with no table declared, nothing is known and every name passes (the
+    tables are only in the archive's messages, which only the Spark job reads).
+    """
+    known = {p.name: _known_tables(config, p) for p in config.project.pipelines if not pipelines or p.name in pipelines}
+    if not tables or not any(known.values()):
+        return
+    for table in tables:
+        if not any(table in names for names in known.values()):
+            listed = "; ".join(f"{name}: {_first(names) or 'none known yet'}" for name, names in known.items())
+            raise ConfigError(
+                f"parameter tables: {table!r} is not a table of the selected pipelines ({listed}); fix the name, "
+                f"leave tables empty to build every table, or, for a table new to the archive, declare it under the "
+                f"pipeline's `tables:` in {config.path} (`{table}: {{}}` is enough)"
+            )
+
+
+def _first(names: set[str], limit: int = 10) -> str:
+    shown = sorted(names)
+    more = f" and {len(shown) - limit} more" if len(shown) > limit else ""
+    return ", ".join(shown[:limit]) + more
+
+
 def build_run_spec(
     config: LoadedConfig,
     *,
@@ -176,11 +222,13 @@ def build_run_spec(
         raise ConfigError(f"parameters start/end: start {start_text} must be before end {end_text} (end is exclusive)")
     if not isinstance(dry_run, bool) or not isinstance(full_rebuild, bool):
         raise ConfigError("parameters dry_run and full_rebuild must be true or false")
+    table_names = _names(tables, "tables")
+    _check_tables_are_known(config, pipeline_names, table_names)
     return RunSpec(
         config=str(config.path),
         run_id=safe_run_id(run_id),
         pipelines=pipeline_names,
-        tables=_names(tables, "tables"),
+        tables=table_names,
         start=start_text,
         end=end_text,
         offsets=_parse_offsets(offsets),
