@@ -120,9 +120,11 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
     keep = (F.col("record_kind") != KIND_CHANGE) | F.col("table_id").isin(list(spec.tables)) if spec.tables else None
     module = decoder_module(pipeline.format)
     shutil.rmtree(run_dir / "decoded", ignore_errors=True)  # a re-run of this run id decodes afresh
+    native = None
     if hasattr(module, "decode_natively") and module.reads_natively(pipeline):
+        native = module.decode_natively(selected, pipeline, manifest["distinct_records"])
+    if native is not None:
         # Spark's JSON reader decodes what it can vouch for; the rest is read back and decoded in Python.
-        native = module.decode_natively(selected, pipeline)
         write_decoded(native, lambda rest: module.decode_in_python(rest, pipeline), str(run_dir / "decoded"), keep)
     else:
         if REGISTRY[pipeline.format].reads_state:

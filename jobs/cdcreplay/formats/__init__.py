@@ -41,8 +41,8 @@ REGISTRY: dict[str, FormatSpec] = {
         {
             "reader": FormatOption(
                 "choice",
-                "python (default) or spark: Spark's JSON reader decodes the row changes it can render exactly, "
-                "Python the rest (experimental: same rows, slower today)",
+                "spark (default) or python: Spark's JSON reader decodes the row changes it can render exactly and "
+                "Python the rest, or Python every record (the same rows either way)",
                 ("python", "spark"),
             ),
         },

@@ -23,7 +23,7 @@ from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
 from cdcreplay.formats.debezium_events import SchemaInfo, event_entries, schema_info
 from cdcreplay.formats.debezium_native import FORMAT_ID as FORMAT_ID
-from cdcreplay.formats.debezium_native import native_rows, schema_plans
+from cdcreplay.formats.debezium_native import SCHEMA_SAMPLE, native_rows, schema_plans
 from cdcreplay.formats.native_json import with_python_fallback
 from cdcreplay.formats.python_rows import DecodeError, RawRecord, decode_with_python
 
@@ -104,19 +104,22 @@ def decode_in_python(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
 
 
 def reads_natively(pipeline: PipelineConfig) -> bool:
-    """``options.reader: spark``: Spark's JSON reader decodes what ``debezium_native`` vouches for (experimental:
-    exact, but slower than the Python decoder today -- see docs/benchmarks.md)."""
-    return pipeline.options.get("reader") == "spark"
+    """``options.reader: spark`` (the default): Spark's JSON reader decodes what ``debezium_native`` vouches for;
+    ``python`` decodes every record in Python."""
+    return pipeline.options.get("reader", "spark") == "spark"
 
 
-def decode_natively(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
-    """Every record with its native decoding and the ``native`` flag (``native_json``)."""
-    return native_rows(records, pipeline, schema_plans(records))
+def decode_natively(records: DataFrame, pipeline: PipelineConfig, record_count: int | None = None) -> DataFrame | None:
+    """Every record with its native decoding and the ``native`` flag (``native_json``), or None when no schema of the
+    input has a native plan (MongoDB, schemaless JSON): then every record would go to Python anyway, after a parse
+    for nothing. ``record_count``, when known, lets the schema pass sample a large input."""
+    plans = schema_plans(records, max(1, (record_count or 0) // SCHEMA_SAMPLE))
+    return native_rows(records, pipeline, plans) if plans else None
 
 
 def decode(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
     """In Python; with ``options.reader: spark`` natively where ``debezium_native`` vouches for a record."""
-    if not reads_natively(pipeline):
+    native = decode_natively(records, pipeline) if reads_natively(pipeline) else None
+    if native is None:
         return decode_in_python(records, pipeline)
-    native = decode_natively(records, pipeline)
     return with_python_fallback(native, lambda rest: decode_in_python(rest, pipeline))

@@ -11,9 +11,10 @@ table, applied under a CASE on the record's schema: what depends on a table's co
 
 The native path decodes ops c/u/d/r of a relational connector whose position it knows (MySQL/MariaDB binlog file,
 pos and row; PostgreSQL lsn; Oracle commit_scn and scn), whose images carry exactly the schema's columns with values
-that pass their checks, keyed by a JSON Kafka key (key-change headers are kept as provenance). Everything else --
-tombstones, transaction and schema-change messages, op m and t, MongoDB, SQL Server, TOAST placeholders, bad values,
-a table with configured column types -- goes through the Python decoder (``debezium_json.decode_record``) unchanged.
+that pass their checks, keyed by a JSON Kafka key (key-change headers are kept as provenance), and Kafka tombstones
+(``native_json.with_tombstones``). Everything else -- transaction and schema-change messages, op m and t, MongoDB,
+SQL Server, TOAST placeholders, bad values, a table with configured column types -- goes through the Python decoder
+(``debezium_json.decode_record``) unchanged.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ MICRO_TIMESTAMP = "io.debezium.time.MicroTimestamp"
 # of two columns each (a bug once made a plan per record) needed more than 600 MB of driver heap to build it.
 MAX_NATIVE_SCHEMAS = 16
 MAX_KEY_COLUMNS = 4
+# The schema pass samples an input larger than this many records down to about this many (see schema_plans).
+SCHEMA_SAMPLE = 100_000
 NATIVE_OPS = ("c", "u", "d", "r")  # t (truncate) and m (message) are left to Python
 PAYLOAD_DDL = (
     "op string, ts_ms string, before map<string,string>, after map<string,string>, source map<string,string>, "
@@ -144,11 +147,17 @@ def _prefix_bytes(text: Column) -> Column:
     return F.octet_length(text) - F.octet_length(F.substring_index(text, PAYLOAD_SEPARATOR, -1))
 
 
-def schema_plans(records: DataFrame) -> list[SchemaPlan]:
+def schema_plans(records: DataFrame, every: int = 1) -> list[SchemaPlan]:
     """The native plans of the schemas in ``records``: one pass that neither parses nor copies a record's schema
     (records are grouped by the schema's length and a hash of its first bytes; a plan matches a record
     only when its whole schema text does, so a record whose schema shared a group with another is decoded in
-    Python, never with the other's plan). Only one schema text per group reaches the driver."""
+    Python, never with the other's plan). Only one schema text per group reaches the driver.
+
+    ``every``: look only at records whose offset is a multiple of it. A large input repeats each table version's
+    schema in thousands of records, so a sample finds them at a fraction of the cost; a rare version the sample
+    misses costs speed, never correctness (its records are decoded in Python)."""
+    if every > 1:
+        records = records.where(F.col("offset") % every == 0)
     value = F.col("value")
     text = value.cast("string")
     prefix = _prefix_bytes(text)
@@ -426,28 +435,29 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[Schema
     after, before = F.col("_after.image"), F.col("_before.image")
     key = _key_text(F.when(F.col("_is_delete"), before).otherwise(after), F.col("key_columns"))
     vouched = F.col("_envelope_ok") & F.col("_after.ok") & F.col("_before.ok") & key.isNotNull()
-    return decoded.select(
-        *[c for c in decoded.columns if c.startswith("_record_") or c in ("topic", "partition", "offset")],
-        F.coalesce(vouched, F.lit(False)).alias(N.NATIVE_FLAG),
-        "table_id",
-        "source_db",
-        "source_schema",
-        "source_table",
-        "op",
-        key.alias("key"),
-        "key_columns",
-        F.when(~F.col("_is_delete"), after).alias("after"),
-        before.alias("before"),
-        "column_types",
-        "position",
-        "event_time",
-        F.lit(0).alias("row_index"),
-        F.lit(FORMAT_ID).alias("format"),
-        F.lit(KIND_CHANGE).alias("record_kind"),
-        F.lit(None).cast("string").alias("control_kind"),
-        F.lit(None).cast("string").alias("reason"),
-        "detail",
-        F.lit(None).cast("binary").alias("raw_key"),
-        F.lit(None).cast("binary").alias("raw_value"),
-        "timestamp",
-    )
+    row = {
+        **{c: F.col(c) for c in decoded.columns if c.startswith("_record_") or c in ("topic", "partition", "offset")},
+        N.NATIVE_FLAG: F.coalesce(vouched, F.lit(False)),
+        "table_id": F.col("table_id"),
+        "source_db": F.col("source_db"),
+        "source_schema": F.col("source_schema"),
+        "source_table": F.col("source_table"),
+        "op": F.col("op"),
+        "key": key,
+        "key_columns": F.col("key_columns"),
+        "after": F.when(~F.col("_is_delete"), after),
+        "before": before,
+        "column_types": F.col("column_types"),
+        "position": F.col("position"),
+        "event_time": F.col("event_time"),
+        "row_index": F.lit(0),
+        "format": F.lit(FORMAT_ID),
+        "record_kind": F.lit(KIND_CHANGE),
+        "control_kind": F.lit(None).cast("string"),
+        "reason": F.lit(None).cast("string"),
+        "detail": F.col("detail"),
+        "raw_key": F.lit(None).cast("binary"),
+        "raw_value": F.lit(None).cast("binary"),
+        "timestamp": F.col("timestamp"),
+    }
+    return decoded.select(*N.with_tombstones(row, F.col(N.RECORD_VALUE), F.col(N.RECORD_KEY)))

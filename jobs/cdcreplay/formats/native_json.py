@@ -23,7 +23,8 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from cdcreplay.formats.common import DECODED_COLUMNS
+from cdcreplay import schema as S
+from cdcreplay.formats.common import DECODED_COLUMNS, KIND_CONTROL
 
 # Records the native path did not decode carry this flag false; the caller hands them to the Python decoder.
 NATIVE_FLAG = "native"
@@ -54,7 +55,8 @@ def plain_numbers(text: Column) -> Column:
 
 def json_guards(text: Column) -> Column:
     """``text`` holds nothing Spark's JSON reader renders differently from the Python decoders (see module doc)."""
-    return plain_numbers(text) & ~text.rlike(RISKY_ESCAPE)
+    # Most texts hold no \u escape at all: a substring search spares them the regular expression.
+    return plain_numbers(text) & ((F.instr(text, "\\u") == 0) | ~text.rlike(RISKY_ESCAPE))
 
 
 def parse(text: Column, ddl: str) -> Column:
@@ -67,9 +69,8 @@ def one_object(text: Column) -> Column:
     """The text ends with its object's closing brace and opens as many braces as it closes: Spark ignores what
     follows a complete object, Python does not. A heuristic for the common case (a stray closing brace, a member
     after the payload): braces inside strings can hide a trailing text that balances them."""
-    opened = F.length(text) - F.length(F.regexp_replace(text, r"\{", ""))
-    closed = F.length(text) - F.length(F.regexp_replace(text, r"\}", ""))
-    return text.endswith("}") & (opened == closed)
+    braces = F.regexp_replace(text, r"[^{}]+", "")  # one pass; a payload holds a few braces
+    return text.endswith("}") & (F.length(braces) == 2 * F.length(F.replace(braces, F.lit("}"), F.lit(""))))
 
 
 def literal_map(mapping: dict[str, str]) -> Column:
@@ -79,6 +80,30 @@ def literal_map(mapping: dict[str, str]) -> Column:
     return F.map_from_arrays(
         F.array(*[F.lit(k) for k in mapping]), F.array(*[F.lit(v) for v in mapping.values()])
     ).cast("map<string,string>")
+
+
+def with_tombstones(columns: dict[str, Column], value: Column, key: Column) -> list[Column]:
+    """``columns`` (a native decoder's row, by name) for every record but a Kafka tombstone, which becomes the control
+    row every Python decoder writes for it (``python_rows.safe_decode``): a null or empty value follows a delete so
+    that log compaction can drop the key, and has nothing to apply. Its detail is the key in base64."""
+    tombstone = value.isNull() | (F.octet_length(value) == 0)
+    instead = {
+        NATIVE_FLAG: F.lit(True),
+        "record_kind": F.lit(KIND_CONTROL),
+        "control_kind": F.lit(S.CONTROL_TOMBSTONE),
+        "detail": F.when(F.octet_length(key) > 0, F.base64(key)),
+        "column_types": literal_map({}),
+        "row_index": F.lit(0),
+    }
+    kept = ("topic", "partition", "offset", "timestamp", "format", RECORD_KEY, RECORD_VALUE, RECORD_HEADERS)
+    return [
+        F.when(tombstone, instead[name]).otherwise(column).alias(name)
+        if name in instead
+        else column.alias(name)
+        if name in kept
+        else F.when(~tombstone, column).alias(name)
+        for name, column in columns.items()
+    ]
 
 
 # The raw record beside the decoded columns (whose `key` is the key's text), for the Python decoder.
