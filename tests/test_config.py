@@ -73,7 +73,7 @@ def test_valid_config_resolves_paths_against_its_folder(tmp_path):
             VALID.replace("format: canal-json", "format: debezium-json").replace(
                 "legacy_swapped: true", "reader: fast"
             ),
-            r"options.reader must be one of python, spark, got 'fast'",
+            r"options.reader must be one of auto, python, spark, got 'fast'",
         ),
         (VALID + VALID.split("pipelines:\n")[1], r"pipeline name 'shop' is declared twice"),
         ("warehouse: [unclosed", r"not valid YAML"),

@@ -264,3 +264,21 @@ def test_two_pass_write_equals_decode(spark, tmp_path):
     written = spark.read.parquet(path).select(*DECODED_COLUMNS)
     assert not (tmp_path / "decoded" / f"record_kind={N.PENDING}").exists()
     assert _rows(written) == _rows(debezium_json.decode(frame, pipeline))
+
+
+@pytest.mark.parametrize(
+    "reader, records, native",
+    [
+        (None, None, False),  # auto, size unknown (``decode`` outside a run): Python
+        (None, debezium_json.NATIVE_MIN_RECORDS - 1, False),
+        (None, debezium_json.NATIVE_MIN_RECORDS, True),
+        ("auto", debezium_json.NATIVE_MIN_RECORDS, True),
+        ("spark", 1, True),
+        ("spark", None, True),
+        ("python", 10**9, False),
+    ],
+)
+def test_the_reader_option_and_the_run_size_choose_the_path(reader, records, native):
+    options = {} if reader is None else {"reader": reader}
+    pipeline = PipelineConfig(name="p", format="debezium-json", archive={"path": "unused"}, options=options)
+    assert debezium_json.reads_natively(pipeline, records) is native

@@ -121,7 +121,7 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
     module = decoder_module(pipeline.format)
     shutil.rmtree(run_dir / "decoded", ignore_errors=True)  # a re-run of this run id decodes afresh
     native = None
-    if hasattr(module, "decode_natively") and module.reads_natively(pipeline):
+    if hasattr(module, "decode_natively") and module.reads_natively(pipeline, manifest["distinct_records"]):
         native = module.decode_natively(selected, pipeline, manifest["distinct_records"])
     if native is not None:
         # Spark's JSON reader decodes what it can vouch for; the rest is read back and decoded in Python.

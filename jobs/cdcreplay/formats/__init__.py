@@ -41,9 +41,10 @@ REGISTRY: dict[str, FormatSpec] = {
         {
             "reader": FormatOption(
                 "choice",
-                "spark (default) or python: Spark's JSON reader decodes the row changes it can render exactly and "
-                "Python the rest, or Python every record (the same rows either way)",
-                ("python", "spark"),
+                "auto (default), spark or python: spark has Spark's JSON reader decode the row changes it can "
+                "render exactly and Python the rest, python decodes every record in Python, auto is spark for a run "
+                "of at least 50,000 records and python below (the same rows either way)",
+                ("auto", "python", "spark"),
             ),
         },
     ),

@@ -103,10 +103,20 @@ def decode_in_python(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
     return decode_with_python(records, decode_record, pipeline)
 
 
-def reads_natively(pipeline: PipelineConfig) -> bool:
-    """``options.reader: spark`` (the default): Spark's JSON reader decodes what ``debezium_native`` vouches for;
-    ``python`` decodes every record in Python."""
-    return pipeline.options.get("reader", "spark") == "spark"
+# Below this many records the native path's fixed cost (a schema pass, generating and compiling its projection, a
+# second write for the records left to Python: about 2 s) outweighs what it saves (measured: a 1,147-record run
+# decoded in 4.0 s natively, 2.0 s in Python). The Python decoder takes smaller runs unless the reader is `spark`.
+NATIVE_MIN_RECORDS = 50_000
+
+
+def reads_natively(pipeline: PipelineConfig, record_count: int | None = None) -> bool:
+    """Whether Spark's JSON reader decodes what ``debezium_native`` vouches for (the Python decoder the rest):
+    ``options.reader`` ``spark`` always, ``python`` never, ``auto`` (the default) for a run of at least
+    NATIVE_MIN_RECORDS records (``record_count``; an unknown count reads in Python)."""
+    reader = pipeline.options.get("reader", "auto")
+    if reader == "auto":
+        return record_count is not None and record_count >= NATIVE_MIN_RECORDS
+    return reader == "spark"
 
 
 def decode_natively(records: DataFrame, pipeline: PipelineConfig, record_count: int | None = None) -> DataFrame | None:
