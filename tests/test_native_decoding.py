@@ -20,7 +20,7 @@ from archive_helpers import records_from_lines
 from pyspark.sql import functions as F
 
 from cdcreplay.config import PipelineConfig
-from cdcreplay.formats import debezium_json
+from cdcreplay.formats import debezium_json, debezium_native
 from cdcreplay.formats import native_json as N
 from cdcreplay.formats.common import DECODED_COLUMNS
 from cdcreplay.simulator import simulate
@@ -282,3 +282,16 @@ def test_the_reader_option_and_the_run_size_choose_the_path(reader, records, nat
     options = {} if reader is None else {"reader": reader}
     pipeline = PipelineConfig(name="p", format="debezium-json", archive={"path": "unused"}, options=options)
     assert debezium_json.reads_natively(pipeline, records) is native
+
+
+def test_the_schema_pass_samples_a_large_input_and_finds_nothing_it_cannot_vouch_for(spark, tmp_path):
+    history = simulate(seed=5, events=800, days=1)
+    frame = _frame(spark, [(r.key, r.value, list(r.headers)) for r in encode("debezium-json", history, tmp_path)])
+    every_schema = {plan.text for plan in debezium_native.schema_plans(frame)}
+    sampled = {plan.text for plan in debezium_native.schema_plans(frame, every=7)}
+    assert sampled and sampled <= every_schema
+    # A sample too thin to meet any schema leaves the whole input to the Python decoder: no native pass at all.
+    thin = debezium_native.SCHEMA_SAMPLE * 10**7
+    assert debezium_json.decode_natively(frame, _pipeline(), record_count=thin) is None
+    native = debezium_json.decode_natively(frame, _pipeline(), record_count=debezium_native.SCHEMA_SAMPLE * 7)
+    assert native.where(F.col(N.NATIVE_FLAG)).count() > 0

@@ -24,8 +24,8 @@ SAFE_DEFAULTS = {
 }
 # Spark generates one Java method per fused stage, and the JVM leaves a method of over 8,000 bytecode bytes
 # interpreted unless told otherwise. The native JSON decoders' stages pass that size (a branch per table version) and
-# ran about a third slower interpreted. Set where this process starts the JVM (local mode); on a cluster the README
-# asks for the same option in spark.executor.extraJavaOptions.
+# ran about a third slower interpreted. Set here where this process starts the JVM (local mode); the DAG gives it to
+# spark-submit for the driver and the executors (SPARK_CONF).
 LOCAL_JVM_OPTIONS = {"spark.driver.defaultJavaOptions": "-XX:-DontCompileHugeMethods"}
 
 

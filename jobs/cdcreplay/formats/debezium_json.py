@@ -128,7 +128,8 @@ def decode_natively(records: DataFrame, pipeline: PipelineConfig, record_count: 
 
 
 def decode(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
-    """In Python; with ``options.reader: spark`` natively where ``debezium_native`` vouches for a record."""
+    """Natively where ``debezium_native`` vouches for a record and in Python the rest with ``options.reader: spark``;
+    else in Python (``auto`` needs a run's record count, which a bare call does not have)."""
     native = decode_natively(records, pipeline) if reads_natively(pipeline) else None
     if native is None:
         return decode_in_python(records, pipeline)

@@ -153,11 +153,12 @@ def schema_plans(records: DataFrame, every: int = 1) -> list[SchemaPlan]:
     only when its whole schema text does, so a record whose schema shared a group with another is decoded in
     Python, never with the other's plan). Only one schema text per group reaches the driver.
 
-    ``every``: look only at records whose offset is a multiple of it. A large input repeats each table version's
-    schema in thousands of records, so a sample finds them at a fraction of the cost; a rare version the sample
-    misses costs speed, never correctness (its records are decoded in Python)."""
+    ``every``: look at about one record in ``every`` (chosen by a hash of the offset, so that no offset pattern -- a
+    transactional topic's commit markers -- hides a table). A large input repeats each table version's schema in
+    thousands of records, so a sample finds them at a fraction of the cost; a rare version the sample misses costs
+    speed, never correctness (its records are decoded in Python)."""
     if every > 1:
-        records = records.where(F.col("offset") % every == 0)
+        records = records.where(F.pmod(F.xxhash64("offset"), F.lit(every)) == 0)
     value = F.col("value")
     text = value.cast("string")
     prefix = _prefix_bytes(text)
