@@ -213,14 +213,19 @@ def published_tables(ui, pipeline: str) -> dict:
     return json.loads((ui.warehouse / pipeline / "_CURRENT.json").read_text(encoding="utf-8"))
 
 
+def fill_range_and_pipeline(page, rows, start, end) -> None:
+    """Pick ``start`` and ``end`` in the date fields and type the chosen pipeline, as a person fills the form."""
+    pick(page, rows["Start (inclusive)"], *start)
+    pick(page, rows["End (exclusive)"], *end)
+    rows["Pipelines"].locator("textarea").fill(CHOSEN)
+
+
 @pytest.fixture(scope="module")
 def triggered(ui, page):
     """A date range picked in the form and one pipeline, triggered, and the run finished."""
     dialog = open_trigger_form(ui, page)
     rows = form_rows(dialog)
-    pick(page, rows["Start (inclusive)"], *PICKED_START)
-    pick(page, rows["End (exclusive)"], *PICKED_END)
-    rows["Pipelines"].locator("textarea").fill(CHOSEN)
+    fill_range_and_pipeline(page, rows, PICKED_START, PICKED_END)
     # The whole dialog in one picture: a viewport taller than the form, for the moment of the screenshot.
     page.set_viewport_size({"width": 1440, "height": 2400})
     FORM_SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
@@ -390,9 +395,7 @@ def assert_refused_before_spark(ui, page, run_id: str, message: str) -> None:
 def test_an_end_before_the_start_is_refused_naming_both_before_any_spark_job(ui, page):
     dialog = open_trigger_form(ui, page)
     rows = form_rows(dialog)
-    pick(page, rows["Start (inclusive)"], *PICKED_END)
-    pick(page, rows["End (exclusive)"], *PICKED_START)
-    rows["Pipelines"].locator("textarea").fill(CHOSEN)
+    fill_range_and_pipeline(page, rows, PICKED_END, PICKED_START)
     posted, run = press_trigger(page, dialog)
     assert (posted["conf"]["start"], posted["conf"]["end"]) == (END_UTC, START_UTC)
     assert_refused_before_spark(
