@@ -43,7 +43,9 @@ from cdcreplay.simulator.encoders import ENCODERS
 
 pytestmark = pytest.mark.timeout(600)
 
-FORMATS = sorted(REGISTRY)
+# A format read another way is fuzzed as a case of its own: the name, then the format and the options it forces.
+READERS = {"debezium-json:reader=spark": ("debezium-json", {"reader": "spark"})}
+FORMATS = sorted(REGISTRY) + sorted(READERS)
 CONFORMANCE = Path(__file__).parent / "data" / "conformance"
 KNOWN_REASONS = frozenset(value for name, value in vars(S).items() if name.startswith("REASON_"))
 # Reasons that reject a record as a whole: such a record is one quarantine row, nothing else.
@@ -106,7 +108,8 @@ class FormatCase:
 # -- the valid messages and settings of each format --------------------------------------------------------------------
 
 
-def _load_case(fmt: str, folder: Path) -> FormatCase:
+def _load_case(case: str, folder: Path) -> FormatCase:
+    fmt, forced_options = READERS.get(case, (case, {}))
     history = simulate(seed=5, events=40, days=1)
     settings_: dict = dict(EXTRA_SETTINGS.get(fmt, {}))
     if fmt in ENCODERS:
@@ -125,7 +128,7 @@ def _load_case(fmt: str, folder: Path) -> FormatCase:
         name="fuzz",
         format=fmt,
         archive={"path": str(folder)},
-        options=settings_.get("options", {}),
+        options={**settings_.get("options", {}), **forced_options},
         tables=settings_.get("tables", {}),
     )
     return FormatCase(pipeline, tuple(s for s in seeds if s.value))
@@ -574,7 +577,7 @@ def test_messages_the_fuzzing_found_decode_as_expected(spark, fmt):
 ROUTING_CASES = [
     # A tombstone whose Kafka key is not UTF-8: its detail is the key in base64.
     pytest.param(fmt, Message(b"", b"\x9d\xff"), ("control", None, "nf8="), id=f"{fmt}-binary-tombstone-key")
-    for fmt in ("dataworks-json", "drs-json-mysql", "dts-shareplex-json", "canal-json", "debezium-json")
+    for fmt in ("dataworks-json", "drs-json-mysql", "dts-shareplex-json", "canal-json", "debezium-json", *READERS)
 ] + [
     # JSON may escape a lone UTF-16 surrogate; no UTF-8 column can hold it, so the record is quarantined alone.
     pytest.param(
