@@ -52,15 +52,10 @@ SPARK_ENV = {
 # executors' image has cdcreplay installed.
 PY_FILES = os.environ.get("CDCREPLAY_PY_FILES") or None
 # Sized for a 2-core, few-GiB machine; spark-submit ignores the executor settings under local[*].
-# The JVM option lets the JIT compile Spark's large generated methods (the native JSON decoders'; see
-# cdcreplay.spark.LOCAL_JVM_OPTIONS): spark-submit starts the driver, so it is given here.
-HUGE_METHODS = "-XX:-DontCompileHugeMethods"
 SPARK_CONF = {
     "spark.sql.shuffle.partitions": "4",
     "spark.sql.session.timeZone": "UTC",
     "spark.ui.showConsoleProgress": "false",
-    "spark.driver.extraJavaOptions": HUGE_METHODS,
-    "spark.executor.extraJavaOptions": HUGE_METHODS,
 }
 RUN_SPEC_ARG = "{{ ti.xcom_pull(task_ids='validate_run') }}"
 

@@ -22,11 +22,6 @@ SAFE_DEFAULTS = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.ui.showConsoleProgress": "false",
 }
-# Spark generates one Java method per fused stage, and the JVM leaves a method of over 8,000 bytecode bytes
-# interpreted unless told otherwise. The native JSON decoders' stages pass that size (a branch per table version) and
-# ran about a third slower interpreted. Set here where this process starts the JVM (local mode); the DAG gives it to
-# spark-submit for the driver and the executors (SPARK_CONF).
-LOCAL_JVM_OPTIONS = {"spark.driver.defaultJavaOptions": "-XX:-DontCompileHugeMethods"}
 
 
 def build_session(app_name: str = "cdcreplay", master: str | None = None, extra: dict | None = None):
@@ -46,7 +41,6 @@ def build_session(app_name: str = "cdcreplay", master: str | None = None, extra:
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # a local run listens on loopback only
             # Python workers run this interpreter (it has pyarrow and cdcreplay), not whatever python3 is on PATH.
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-            extra = {**LOCAL_JVM_OPTIONS, **(extra or {})}
     for key, value in {**SAFE_DEFAULTS, **(extra or {})}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
