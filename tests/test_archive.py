@@ -11,6 +11,7 @@ from archive_helpers import Record, write_parquet
 
 from cdcreplay import archive
 from cdcreplay.run_spec import OffsetRange
+from cdcreplay.spark import MIN_SPLITS, SPLITS_PER_CORE, session_settings, spread_file_splits
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -175,3 +176,11 @@ def test_an_archive_of_one_file_is_spread_over_every_core(spark, tmp_path):
     assert spread.rdd.getNumPartitions() == 2
     assert as_tuples(spread) == as_tuples(raw)  # the same records, none lost or doubled
     assert archive.spread_over_cores(spread, 2) is spread  # enough partitions already: no shuffle added
+
+
+def test_a_session_cuts_scans_into_four_splits_per_core_unless_it_sets_its_own_minimum(spark):
+    # A few large archive files would otherwise be read by fewer tasks than cores (3 tasks on 2 cores at 2M events).
+    assert spark.conf.get(MIN_SPLITS) == str(SPLITS_PER_CORE * spark.sparkContext.defaultParallelism)
+    with session_settings(spark, {MIN_SPLITS: "3"}):
+        spread_file_splits(spark)
+        assert spark.conf.get(MIN_SPLITS) == "3"
