@@ -125,7 +125,13 @@ CORNER_CASES = [
     ('{"id":1,"x":1e5}', [{"type": "double", "field": "x"}], False),
     ('{"id":1,"x":12345678.5}', [{"type": "double", "field": "x"}], False),  # Java prints 1.23456785E7
     ('{"id":1,"x":0.001}', [{"type": "double", "field": "x"}], False),
-    ('{"id":1,"x":-0}', [{"type": "int32", "field": "x"}], False),
+    ('{"id":1,"x":-0}', [{"type": "int32", "field": "x"}], True),  # 0 on both paths
+    ('{"id":1,"x":-0}', [{"type": "double", "field": "x"}], False),
+    ('{"id":1,"x":-0}', [{"type": "string", "field": "x"}], True),
+    ('{"id":1,"x":1.50}', [{"type": "string", "field": "x"}], False),  # a number token where a string is read
+    ('{"id":1,"x":"1.50"}', [{"type": "string", "field": "x"}], True),  # a string token that looks like one
+    ('{"id":1,"x":"NaN","y":1.50}', [{"type": "string", "field": "x"}, {"type": "float", "field": "y"}], False),
+    ('{"id":1,"x":{"a":1.50}}', [{"type": "string", "field": "x"}], False),
     ('{"id":1,"x":12345678901234567890.123456789}', [{"type": "string", "field": "x"}], False),
     ('{"id":1,"x":9007199254740993}', [{"type": "int64", "field": "x"}], True),  # integers stay exact
     ('{"id":1,"x":2147483648}', [{"type": "int32", "field": "x"}], False),  # out of int: Python quarantines
@@ -200,6 +206,10 @@ PAYLOAD_EDITS = [  # (pattern, replacement, still decoded natively)
     (r'"created_at":\d+', '"created_at":"soon"', False),
     (r'"customer_id":\d+', '"customer_id":99999999999', False),
     (r"\}$", "}}", False),
+    (r'"table":"[^"]*"', '"table":1.50', False),  # the reader would name the table 1.5
+    (r'"weight":[0-9.]+', '"weight":2.50', False),  # a double token Java prints as 2.5
+    (r'"weight":[0-9.]+', '"weight" : 2.5', True),
+    (r'"email":"[^"]*"', '"email":1e3', False),
 ]
 
 
@@ -258,6 +268,7 @@ def test_two_pass_write_equals_decode(spark, tmp_path):
     path = str(tmp_path / "decoded")
     N.write_decoded(
         debezium_json.decode_natively(frame, pipeline),
+        frame,
         lambda rest: debezium_json.decode_in_python(rest, pipeline),
         path,
     )

@@ -125,7 +125,9 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
         native = module.decode_natively(selected, pipeline, manifest["distinct_records"])
     if native is not None:
         # Spark's JSON reader decodes what it can vouch for; the rest is read back and decoded in Python.
-        write_decoded(native, lambda rest: module.decode_in_python(rest, pipeline), str(run_dir / "decoded"), keep)
+        write_decoded(
+            native, selected, lambda rest: module.decode_in_python(rest, pipeline), str(run_dir / "decoded"), keep
+        )
     else:
         if REGISTRY[pipeline.format].reads_state:
             decoded = module.decode(selected, pipeline, base_state=base_state)

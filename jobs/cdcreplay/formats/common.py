@@ -28,6 +28,7 @@ from cdcreplay.formats.routing import (
 )
 
 RECORD_COLUMNS = ("topic", "partition", "offset", "timestamp", "key", "value")
+COORDINATES = ("topic", "partition", "offset")  # a record's Kafka coordinates: unique in a deduplicated selection
 
 ENTRY_DDL = (
     "record_kind string, op string, control_kind string, reason string, detail string, "

@@ -47,6 +47,7 @@ from pyspark.sql import functions as F
 
 from cdcreplay import schema as S
 from cdcreplay.config import ConfigError, PipelineConfig
+from cdcreplay.formats.common import COORDINATES
 from cdcreplay.formats.configured_types import lossy_columns
 from cdcreplay.formats.python_rows import (
     RECORD_COLUMNS,
@@ -93,7 +94,6 @@ PAIR_DDL = (
     "topic string, partition int, offset bigint, table_id string, sequence string, op string, image map<string,string>"
 )
 OFFSET_ZONE = re.compile(r"^[+-]\d{2}:\d{2}$")
-COORDINATES = ("topic", "partition", "offset")
 # The pair stage's Arrow columns hold UTF-8 text, but a JSON escape can put a lone UTF-16 surrogate into a table name,
 # a sequenceId or a before image (the record that writes it into its decoded row is quarantined `not_utf8`). Such a
 # string -- and, to stay unambiguous, one that starts with the marker -- crosses the stage as the marker and the hex of

@@ -133,4 +133,4 @@ def decode(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
     native = decode_natively(records, pipeline) if reads_natively(pipeline) else None
     if native is None:
         return decode_in_python(records, pipeline)
-    return with_python_fallback(native, lambda rest: decode_in_python(rest, pipeline))
+    return with_python_fallback(native, records, lambda rest: decode_in_python(rest, pipeline))

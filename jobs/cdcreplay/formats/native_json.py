@@ -24,7 +24,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from cdcreplay import schema as S
-from cdcreplay.formats.common import DECODED_COLUMNS, KIND_CONTROL
+from cdcreplay.formats.common import COORDINATES, DECODED_COLUMNS, KIND_CONTROL
 
 # Records the native path did not decode carry this flag false; the caller hands them to the Python decoder.
 NATIVE_FLAG = "native"
@@ -34,10 +34,10 @@ JSON_OPTIONS = {"allowSingleQuotes": "false", "columnNameOfCorruptRecord": CORRU
 # A number token (after ':', ',' or '[') that Java's Double.toString may not print back as written: an exponent, a
 # fraction of more than one digit ending in 0, 16 or more digits, 8 or more integer digits with a fraction (Java
 # switches to E notation at 10^7), a value below 10^-2 (E notation below 10^-3); NaN and Infinity; -0 (read as 0).
-_RISKY_NUMBER = (
-    r"[:,\[]\s*(-0(?![.0-9])|-?(NaN|Infinity|[0-9.]*[eE]|[0-9]*\.[0-9]*[0-9]0(?![0-9])|[0-9]{8,}\.|0\.0[0-9]"
-    r"|[0-9.]{17}))"
+RISKY_TOKEN = (
+    r"(-0(?![.0-9])|-?(NaN|Infinity|[0-9.]*[eE]|[0-9]*\.[0-9]*[0-9]0(?![0-9])|[0-9]{8,}\.|0\.0[0-9]|[0-9.]{17}))"
 )
+_RISKY_NUMBER = r"[:,\[]\s*" + RISKY_TOKEN
 # A lone surrogate escape ("?" to Spark) or an escaped control character (re-escaped differently in nested objects).
 RISKY_ESCAPE = r"\\u[dD][89abAB]|\\u00[01]"
 
@@ -53,10 +53,10 @@ def plain_numbers(text: Column) -> Column:
     return ~text.rlike(_RISKY_NUMBER)
 
 
-def json_guards(text: Column) -> Column:
-    """``text`` holds nothing Spark's JSON reader renders differently from the Python decoders (see module doc)."""
+def plain_escapes(text: Column) -> Column:
+    """``text`` holds no escape Spark's JSON reader renders differently from the Python decoders (see module doc)."""
     # Most texts hold no \u escape at all: a substring search spares them the regular expression.
-    return plain_numbers(text) & ((F.instr(text, "\\u") == 0) | ~text.rlike(RISKY_ESCAPE))
+    return (F.instr(text, "\\u") == 0) | ~text.rlike(RISKY_ESCAPE)
 
 
 def parse(text: Column, ddl: str) -> Column:
@@ -82,20 +82,32 @@ def literal_map(mapping: dict[str, str]) -> Column:
     ).cast("map<string,string>")
 
 
-def with_tombstones(columns: dict[str, Column], value: Column, key: Column) -> list[Column]:
+TOMBSTONE, TOMBSTONE_DETAIL = "_tombstone", "_tombstone_detail"
+
+
+def tombstone_columns() -> list[Column]:
+    """Whether a raw record is a Kafka tombstone, and its detail, read early from the record's own ``key`` and
+    ``value`` (so that no later projection carries the raw bytes): see :func:`with_tombstones`."""
+    tombstone = F.col("value").isNull() | (F.octet_length("value") == 0)
+    detail = F.when(tombstone & (F.octet_length("key") > 0), F.base64("key"))
+    return [tombstone.alias(TOMBSTONE), detail.alias(TOMBSTONE_DETAIL)]
+
+
+def with_tombstones(columns: dict[str, Column]) -> list[Column]:
     """``columns`` (a native decoder's row, by name) for every record but a Kafka tombstone, which becomes the control
     row every Python decoder writes for it (``python_rows.safe_decode``): a null or empty value follows a delete so
-    that log compaction can drop the key, and has nothing to apply. Its detail is the key in base64."""
-    tombstone = value.isNull() | (F.octet_length(value) == 0)
+    that log compaction can drop the key, and has nothing to apply. Its detail is the key in base64. The input holds
+    the columns of :func:`tombstone_columns`."""
+    tombstone = F.col(TOMBSTONE)
     instead = {
         NATIVE_FLAG: F.lit(True),
         "record_kind": F.lit(KIND_CONTROL),
         "control_kind": F.lit(S.CONTROL_TOMBSTONE),
-        "detail": F.when(F.octet_length(key) > 0, F.base64(key)),
+        "detail": F.col(TOMBSTONE_DETAIL),
         "column_types": literal_map({}),
         "row_index": F.lit(0),
     }
-    kept = ("topic", "partition", "offset", "timestamp", "format", RECORD_KEY, RECORD_VALUE, RECORD_HEADERS)
+    kept = ("topic", "partition", "offset", "timestamp", "format")
     return [
         F.when(tombstone, instead[name]).otherwise(column).alias(name)
         if name in instead
@@ -106,64 +118,32 @@ def with_tombstones(columns: dict[str, Column], value: Column, key: Column) -> l
     ]
 
 
-# The raw record beside the decoded columns (whose `key` is the key's text), for the Python decoder.
-RECORD_KEY, RECORD_VALUE, RECORD_HEADERS = "_record_key", "_record_value", "_record_headers"
+def flagged_records(native: DataFrame, records: DataFrame) -> DataFrame:
+    """The records the native path did not decode, found again in ``records`` by their Kafka coordinates.
+
+    A native row carries no raw bytes: carrying every record's value (about 2.5 KB in Debezium JSON) through the
+    native projection, for the few records it leaves to Python, cost a quarter of the pass."""
+    return records.join(native.where(~F.col(NATIVE_FLAG)).select(*COORDINATES), list(COORDINATES), "left_semi")
 
 
-def record_columns() -> list[Column]:
-    """The raw record's own columns under the names a native decoder keeps them by (with the decoded row's)."""
-    return [
-        "topic",
-        "partition",
-        "offset",
-        F.col("key").alias(RECORD_KEY),
-        F.col("value").alias(RECORD_VALUE),
-        F.col("headers").alias(RECORD_HEADERS),
-    ]
-
-
-def flagged_records(native: DataFrame) -> DataFrame:
-    """The records the native path did not decode, with the raw record columns the Python decoders read."""
-    return native.where(~F.col(NATIVE_FLAG)).select(
-        "topic",
-        "partition",
-        "offset",
-        "timestamp",
-        F.col(RECORD_KEY).alias("key"),
-        F.col(RECORD_VALUE).alias("value"),
-        F.col(RECORD_HEADERS).alias("headers"),
-    )
-
-
-def with_python_fallback(native: DataFrame, python_decode) -> DataFrame:
-    """The natively decoded rows, and the Python decoder's rows for every record the native path flagged.
-
-    ``native`` has the decoded columns, the flag, and the raw record columns (``record_columns``). Both branches
-    start from the same parse, which Spark computes once per branch.
-    """
+def with_python_fallback(native: DataFrame, records: DataFrame, python_decode) -> DataFrame:
+    """The natively decoded rows of ``records``, and the Python decoder's rows for every record the native path
+    flagged. Both branches start from the same parse, which Spark computes once per branch."""
     decoded = native.where(F.col(NATIVE_FLAG)).select(*DECODED_COLUMNS)
-    return decoded.unionByName(python_decode(flagged_records(native)))
+    return decoded.unionByName(python_decode(flagged_records(native, records)))
 
 
 PENDING = "pending_python"  # record kind of a flagged record between the two passes of write_decoded
 
 
-def write_decoded(native: DataFrame, python_decode, path: str, keep=None) -> None:
-    """Decode into ``path`` (Parquet partitioned by record_kind) parsing each record once: the native rows and the
-    flagged records (with their raw columns) are written in one pass; the flagged records are then read back,
-    decoded in Python and appended. ``keep``: a filter of the decoded rows (the run's tables)."""
+def write_decoded(native: DataFrame, records: DataFrame, python_decode, path: str, keep=None) -> None:
+    """Decode ``records`` into ``path`` (Parquet partitioned by record_kind) parsing each record once: the native
+    rows, with the coordinates of the records the native path flagged, are written in one pass; those records are
+    then found again in ``records``, decoded in Python and appended. ``keep``: a filter of the decoded rows (the run's
+    tables)."""
     flagged = ~F.col(NATIVE_FLAG)
-    first = native.select(
-        *[
-            F.when(flagged, F.lit(PENDING)).otherwise(F.col(c)).alias(c)
-            if c == "record_kind"
-            else F.when(flagged, F.col(RECORD_KEY if c == "raw_key" else RECORD_VALUE)).alias(c)
-            if c in ("raw_key", "raw_value")
-            else F.col(c)
-            for c in DECODED_COLUMNS
-        ],
-        F.when(flagged, F.col(RECORD_HEADERS)).alias("headers"),
-    )
+    pending_kind = F.when(flagged, F.lit(PENDING)).otherwise(F.col("record_kind"))
+    first = native.select(*[pending_kind.alias(c) if c == "record_kind" else F.col(c) for c in DECODED_COLUMNS])
     if keep is not None:
         first = first.where(flagged | keep)
     first.write.mode("overwrite").partitionBy("record_kind").parquet(path)
@@ -171,16 +151,8 @@ def write_decoded(native: DataFrame, python_decode, path: str, keep=None) -> Non
     spark = native.sparkSession
     if not _exists(spark, pending_path):
         return
-    pending = spark.read.parquet(pending_path).select(
-        "topic",
-        "partition",
-        "offset",
-        "timestamp",
-        F.col("raw_key").alias("key"),
-        F.col("raw_value").alias("value"),
-        "headers",
-    )
-    second = python_decode(pending)
+    pending = spark.read.parquet(pending_path).select(*COORDINATES)
+    second = python_decode(records.join(pending, list(COORDINATES), "left_semi"))
     if keep is not None:
         second = second.where(keep)
     second.write.mode("append").partitionBy("record_kind").parquet(path)
