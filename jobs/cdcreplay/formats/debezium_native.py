@@ -202,16 +202,17 @@ def schema_plans(records: DataFrame, every: int = 1) -> list[SchemaPlan]:
 
 def _decimal(raw: Column, precision: int, scale: int) -> tuple[Column, Column]:
     """Connect Decimal: base64 of the big-endian two's-complement unscaled integer (1 to 8 bytes) -> (exact text,
-    whether the native path vouches for it). The unscaled value times 10^-scale is exact in decimal(21+scale, scale),
-    whose text has exactly ``scale`` digits after the point, as the Python decoder writes it."""
-    decoded = F.try_to_binary(raw, F.lit("base64"))
-    hexed = F.hex(F.when(F.octet_length(decoded) <= 8, decoded))  # longer: left to Python
-    unsigned = F.conv(hexed, 16, 10).try_cast("decimal(20,0)")
-    modulus = F.pow(F.lit(2), F.length(hexed) * 4).try_cast("decimal(20,0)")  # 2^(8 * bytes), exact in a double
-    signed = F.when(F.substring(hexed, 1, 1) >= F.lit("8"), unsigned - modulus).otherwise(unsigned)
-    scaled = signed * F.lit(Decimal(1).scaleb(-scale)) if scale > 0 else signed
-    fits = F.abs(signed) < F.lit(Decimal(10) ** min(precision, 20))  # 8 bytes never reach 10^20
-    ok = raw.rlike(_BASE64) & (F.length(raw) >= 4) & fits
+    whether the native path vouches for it). The bytes' hex digits, sign-extended to 16, read as a signed 64-bit
+    integer (``conv`` to base -10); times 10^-scale it is exact in decimal(19+scale, scale), whose text has exactly
+    ``scale`` digits after the point, as the Python decoder writes it. Each reference to the bytes decodes them again
+    (no common subexpression is shared inside the per-plan CASE), so the expression refers to them as little as it
+    can."""
+    hexed = F.hex(F.try_to_binary(raw, F.lit("base64")))
+    sign = F.when(hexed >= F.lit("8"), F.lit("F")).otherwise(F.lit("0"))
+    unscaled = F.conv(F.lpad(hexed, 16, sign), 16, -10).try_cast("decimal(20,0)")
+    scaled = unscaled * F.lit(Decimal(1).scaleb(-scale)) if scale > 0 else unscaled
+    fits = F.abs(unscaled) < F.lit(Decimal(10) ** min(precision, 20))  # 8 bytes never reach 10^20
+    ok = raw.rlike(_BASE64) & (F.length(raw) >= 4) & (F.length(hexed) <= 16) & fits  # longer: left to Python
     return scaled.cast("string"), ok
 
 
@@ -330,7 +331,7 @@ def _key_columns(key_text: Column) -> tuple[Column, Column]:
     bare = F.from_json(key_text, "map<string,string>", N.JSON_OPTIONS)
     has_schema = key_text.startswith(WRAPPED_START)
     columns = F.when(has_schema, F.map_keys(wrapped)).when(F.instr(key_text, '"schema"') == 0, F.map_keys(bare))
-    ok = columns.isNotNull() & ~key_text.rlike(N.RISKY_ESCAPE) & F.size(columns).between(1, MAX_KEY_COLUMNS)
+    ok = columns.isNotNull() & N.plain_escapes(key_text) & F.size(columns).between(1, MAX_KEY_COLUMNS)
     return columns, F.coalesce(ok, F.lit(False))
 
 
