@@ -2,7 +2,8 @@
 
 One message carries one or more row changes of one table: ``data[i]`` pairs with ``old[i]``. All values are JSON
 strings (or null) and their types come from ``mysqlType``. Decoded in Python (``python_rows``): one json.loads per
-message, no per-value Spark lambdas.
+message, no per-value Spark lambdas. With ``options.reader: spark`` (or ``auto`` on a large run) the messages
+``canal_native`` vouches for are decoded by Spark's JSON reader instead, and only the rest here.
 
 Layouts (option ``legacy_swapped``, per source):
   true   legacy DTS instances (created before 2022-03-20 and not restarted since): `old` holds an UPDATE's after
@@ -27,6 +28,7 @@ from pyspark.sql import DataFrame
 
 from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
+from cdcreplay.formats.native_json import with_python_fallback
 from cdcreplay.formats.python_rows import (
     DecodeError,
     RawRecord,
@@ -242,6 +244,44 @@ def _message_entries(message: dict, layout: str, configured_keys: dict[str, list
     return _row_entries(message, ROW_TYPES[kind], layout, key_columns, common)
 
 
-def decode(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
+def decode_in_python(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
+    """Every record through the Python decoder (the reference the native path is held to)."""
     keys = {tid: list(t.primary_key) for tid, t in pipeline.tables.items() if t.primary_key}
     return decode_with_python(records, partial(decode_record, layout_of(pipeline), keys), pipeline)
+
+
+# Below this many records the native path's fixed cost (a table pass over a sample, generating and compiling its
+# projection, a second write for the records left to Python) outweighs what it saves, as for debezium-json.
+NATIVE_MIN_RECORDS = 50_000
+
+
+def reads_natively(pipeline: PipelineConfig, record_count: int | None = None) -> bool:
+    """Whether Spark's JSON reader decodes what ``canal_native`` vouches for (the Python decoder the rest):
+    ``options.reader`` ``spark`` always, ``python`` never, ``auto`` (the default) for a run of at least
+    NATIVE_MIN_RECORDS records (``record_count``; an unknown count reads in Python)."""
+    reader = pipeline.options.get("reader", "auto")
+    if reader == "auto":
+        return record_count is not None and record_count >= NATIVE_MIN_RECORDS
+    return reader == "spark"
+
+
+def decode_natively(records: DataFrame, pipeline: PipelineConfig, record_count: int | None = None) -> DataFrame | None:
+    """Every record with its native decoding and the ``native`` flag (``native_json``), or None when the native
+    path would take nothing (the legacy layout, or no table of the input has a plan): then every record goes to
+    Python without a parse for nothing. ``record_count``, when known, lets the table pass sample a large input."""
+    from cdcreplay.formats import canal_native
+
+    if not canal_native.native_layout(pipeline):
+        return None
+    every = max(1, (record_count or 0) // canal_native.TABLE_SAMPLE)
+    plans = canal_native.table_plans(records, pipeline, every)
+    return canal_native.native_rows(records, pipeline, plans) if plans else None
+
+
+def decode(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
+    """Natively where ``canal_native`` vouches for a record and in Python the rest with ``options.reader: spark``;
+    else in Python (``auto`` needs a run's record count, which a bare call does not have)."""
+    native = decode_natively(records, pipeline) if reads_natively(pipeline) else None
+    if native is None:
+        return decode_in_python(records, pipeline)
+    return with_python_fallback(native, records, lambda rest: decode_in_python(rest, pipeline))
