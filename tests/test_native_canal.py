@@ -214,6 +214,9 @@ CORNER_CASES = [  # (message, taken natively)
     (_message('[{"id":"1","v":"12:30:00.120"}]'), True),  # a time of day is no number token
     (_message('[{"id":"1","v":"a,1.50"}]'), False),  # conservative
     (_message('[{"id":"1","v":"\\ud800"}]'), False),
+    (_message('[{"id":"1","v":"\\udc00"}]'), False),  # a lone low surrogate
+    (_message('[{"id":"1","v":"\\ud83d\\ude00"}]'), False),  # a pair: one character, left to Python too
+    (_message('[{"id":"1","v":"\\ud800"},{"id":"2","v":"a"}]'), False),  # quarantined once, as a whole
     (_message('[{"id":"1","v":"caf\\u00e9 \\"q\\""}]'), True),
     (_message('[{"id":"1","v":"a","v":"b"}]'), True),  # the last of a repeated name wins on both paths
     (_message([{"id": "1", "v": "a"}]) + b" ", False),

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from functools import partial
@@ -55,6 +56,9 @@ LEGACY_DELETE_NOTE = (
     "such DELETEs"
 )
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# Only a message that escapes a surrogate can hold a lone one: the full check runs for those alone.
+SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+LONE_SURROGATE = "payload escapes a lone UTF-16 surrogate (\\ud800-\\udfff): it is not Unicode text"
 INT64 = (-(2**63), 2**63 - 1)
 
 
@@ -203,9 +207,22 @@ def decode_record(layout: str, configured_keys: dict[str, list[str]], record: Ra
     if not isinstance(message, dict):
         raise not_json
     try:
-        return _message_entries(message, layout, configured_keys)
+        entries = _message_entries(message, layout, configured_keys)
     except _Malformed:
         raise not_json from None
+    if len(entries) > 1 and SURROGATE_ESCAPE.search(text) and not _unicode(entries):
+        # A lone surrogate in what several rows carry (or in one of them): the message is not Unicode text, and is
+        # quarantined once as a whole rather than row by row (a single row is quarantined by routing, naming its field).
+        raise DecodeError(S.REASON_NOT_UTF8, LONE_SURROGATE)
+    return entries
+
+
+def _unicode(entries: list[dict]) -> bool:
+    try:
+        json.dumps(entries, ensure_ascii=False, default=str).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _message_entries(message: dict, layout: str, configured_keys: dict[str, list[str]]) -> list[dict]:
