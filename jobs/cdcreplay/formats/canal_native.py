@@ -61,9 +61,9 @@ PLAIN_NAME = r"^[A-Za-z_$][A-Za-z0-9_$]*$"
 # member's value (after the key's closing quote and the colon) or an array element: a time of day inside a string
 # ("03:04:05.120") is neither.
 RISKY_MEMBER = r'("\s*:|[\[,])\s*' + N.RISKY_TOKEN
-SEPARATOR = (
-    "\u0001"  # joins a column's values: no value holds it (raw, it is not JSON; escaped, native_json refuses it)
-)
+# Join a column's values, and stand for NULL: no value holds them (raw, they are not JSON; escaped, native_json
+# refuses them).
+SEPARATOR, NULL_MARK = "\u0001", "\u0002"
 # Source event time in milliseconds that the Python decoder can hold (years 1..9999); outside, both write NULL.
 MIN_MILLIS, MAX_MILLIS = -62135596800000, 253402300799999
 # The Python check rounds a decimal in a 28-digit context: a wider decimal type is left to it.
@@ -204,8 +204,14 @@ def _matches(message: Column, plan: TablePlan) -> Column:
     )
 
 
-def _non_null(values: Column) -> Column:
-    return F.size(F.array_compact(values))
+def _joined(values: Column) -> Column:
+    """A column's values (across the rows of a message) as one text, NULL as NULL_MARK. (Counting without the
+    higher-order functions that array_compact needs: they take a whole stage out of generated code.)"""
+    return F.array_join(values, SEPARATOR, NULL_MARK)
+
+
+def _nulls(joined: Column) -> Column:
+    return F.length(joined) - F.length(F.replace(joined, F.lit(NULL_MARK), F.lit("")))
 
 
 def _values_pass(values: Column, spark_type: str) -> Column:
@@ -213,22 +219,23 @@ def _values_pass(values: Column, spark_type: str) -> Column:
     form, cast_type = VALUE_FORMS[_base_type(spark_type)]
     if spark_type.startswith("decimal"):
         cast_type = spark_type
-    joined = F.array_join(values, SEPARATOR)
-    shaped = (_non_null(values) == 0) | joined.rlike(f"^{form}({SEPARATOR}{form})*$")
+    joined = _joined(values)
+    value = f"({form}|{NULL_MARK})"
+    shaped = (F.size(values) == 0) | joined.rlike(f"^{value}({SEPARATOR}{value})*$")
     if cast_type is None:
         return shaped
-    return shaped & (_non_null(values.try_cast(f"array<{cast_type}>")) == _non_null(values))
+    cast = _joined(values.try_cast(f"array<{cast_type}>").cast("array<string>"))
+    return shaped & (_nulls(cast) == _nulls(joined))  # the cast made no value NULL
 
 
 def _plan_checks(plan: TablePlan, columns: Column, message: Column, is_update: Column) -> Column:
     """Whether every row of the message is one the native path decodes exactly as the Python decoder (``columns``:
     the plan's checked columns of `data` and `old`, row by row)."""
     types = plan.types
-    rows = F.size(message["data"])
     ok = F.lit(True)
     for name in plan.key_columns:
-        # A key value missing from a row would be a missing_key quarantine in Python.
-        ok = ok & (_non_null(columns["data"][name]) == rows)
+        # A key value missing from a row (or a null row) would be a missing_key quarantine in Python.
+        ok = ok & ~_joined(columns["data"][name]).contains(NULL_MARK)
     old_json = F.to_json(message["old"])
     for name in plan.key_columns:
         # `old` naming a key column with null says the before image had no key: Python quarantines the move.
@@ -274,7 +281,7 @@ def _structure_count(structure: Column, char: str) -> Column:
 
 
 def _count(values: Column) -> Column:
-    return F.when(values.isNotNull(), _non_null(values)).otherwise(F.lit(0))
+    return F.when(values.isNotNull(), F.size(values)).otherwise(F.lit(0))
 
 
 def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[TablePlan]) -> DataFrame:
@@ -331,7 +338,8 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[TableP
         & op.isNotNull()
         & data.isNotNull()
         & (F.size(data) > 0)
-        & (_non_null(data) == F.size(data))
+        # a null row of `old` (Python reads it as no change) is left to Python: the structure count assumes none
+        & ~F.coalesce(F.to_json(old).contains("[null") | F.to_json(old).contains(",null"), F.lit(False))
         & N.plain_escapes(text_col)
         & shaped
         & ~text_col.rlike(RISKY_MEMBER)
@@ -353,12 +361,13 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[TableP
         old.alias("_old"),
         F.array(es.cast("decimal(38,0)"), message["id"].cast("decimal(38,0)")).alias("position"),
         F.when(es.between(MIN_MILLIS, MAX_MILLIS), F.timestamp_millis(es)).alias("event_time"),
-        F.posexplode(
-            F.when(F.coalesce(envelope_ok, F.lit(False)), data).otherwise(
-                F.array(F.lit(None).cast("map<string,string>"))
-            )
-        ),
+        data.alias("_data"),
     )
+    # The verdict is computed once per message, in its own projection: the rows are exploded from it.
+    no_rows = F.array(F.lit(None).cast("map<string,string>"))
+    message_level = message_level.select(
+        "*", F.posexplode(F.when(F.col("_ok"), F.col("_data")).otherwise(no_rows))
+    ).drop("_data")
 
     plan = F.col("_plan")
     op = F.col("op")
