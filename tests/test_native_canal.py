@@ -122,13 +122,17 @@ def test_conformance_corpus_decodes_as_in_python(spark):
     assert taken > 0 and flagged > 0
 
 
+def _compact(value) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
 def _message(rows, old=None, kind="INSERT", types=None, pk=("id",), table="t", extra="") -> bytes:
     types = types or {"id": "int", "v": "varchar(8)"}
     data = rows if isinstance(rows, str) else json.dumps(rows, separators=(",", ":"))
     old_text = old if isinstance(old, str) else json.dumps(old, separators=(",", ":"))
     return (
         f'{{"data":{data},"database":"shop","es":1700000000000,"id":7,"isDdl":false,'
-        f'"mysqlType":{json.dumps(types)},"old":{old_text},"pkNames":{json.dumps(list(pk))},"sql":"",'
+        f'"mysqlType":{_compact(types)},"old":{old_text},"pkNames":{_compact(list(pk))},"sql":"",'
         f'"sqlType":{{"id":4}},"table":"{table}","ts":1700000000005,"type":"{kind}"{extra}}}'
     ).encode()
 
@@ -199,20 +203,20 @@ CORNER_CASES = [  # (message, taken natively)
     (_message([{"id": "1", "v": "a"}]).replace(b'"isDdl":false', b'"isDdl":true'), False),
     (_message([{"id": "1", "v": "a"}]).replace(b'"isDdl":false', b'"isDdl":"no"'), False),
     (_message([{"id": "1", "v": "a"}]).replace(b'"es":1700000000000', b'"es":"1"'), False),
-    (_message([{"id": "1", "v": "a"}]).replace(b'"es":1700000000000', b'"es":-99999999999999999'), False),
+    (_message([{"id": "1", "v": "a"}]).replace(b'"es":1700000000000', b'"es":-99999999999999999'), True),  # no time
     (_message([{"id": "1", "v": "a"}]).replace(b'"es":1700000000000', b'"es":999999999999999'), True),  # no time
     (_message([{"id": "1", "v": "a"}]).replace(b'"es":1700000000000,', b""), True),  # no es: NULL position part
     (_message([{"id": "1", "v": "a"}]).replace(b'"id":7', b'"id":1.5'), False),
     (_message([{"id": "1", "v": "a"}]).replace(b'"pkNames":["id"]', b'"pkNames":null'), False),
     (_message([{"id": "1", "v": "a"}]).replace(b'"pkNames":["id"]', b'"pkNames":[]'), False),
     (_message('[{"id":"1","v":1.50}]'), False),  # a number token Java prints as 1.5
-    (_message('[{"id":"1","v":1.5}]'), True),
-    (_message('[{"id":1,"v":"a"}]'), True),  # an integer token reads the same on both paths
+    (_message('[{"id":"1","v":1.5}]'), False),  # any number token where text is read: left to Python
+    (_message('[{"id":1,"v":"a"}]'), False),  # even an integer token (which would read the same)
     (_message('[{"id":"1","v":{"a":1}}]'), False),  # nested JSON
     (_message('[{"id":"1","v":["a"]}]'), False),
     (_message('[{"id":"1","v":"{x}"}]'), False),  # a brace inside a value: left to Python
     (_message('[{"id":"1","v":"12:30:00.120"}]'), True),  # a time of day is no number token
-    (_message('[{"id":"1","v":"a,1.50"}]'), False),  # conservative
+    (_message('[{"id":"1","v":"a,1.50"}]'), True),  # inside a string: no number token
     (_message('[{"id":"1","v":"\\ud800"}]'), False),
     (_message('[{"id":"1","v":"\\udc00"}]'), False),  # a lone low surrogate
     (_message('[{"id":"1","v":"\\ud83d\\ude00"}]'), False),  # a pair: one character, left to Python too
@@ -282,8 +286,8 @@ EDITS = [  # (pattern, replacement, still decoded natively)
     (r'"amount":"[^"]*"', '"amount":"%%"', False),
     (r'"amount":"[^"]*"', '"amount":"99999999999.5"', False),
     (r'"weight":"[^"]*"', '"weight":2.50', False),
-    (r'"weight":"[^"]*"', '"weight" : "2.5"', True),
-    (r'"status":"[^"]*"', '"status":12', True),
+    (r'"weight":"[^"]*"', '"weight" : "2.5"', False),  # not compact JSON: left to Python
+    (r'"status":"[^"]*"', '"status":12', False),  # a number token where text is read: left to Python
     (r'"email":"[^"]*"', '"email":1e3', False),
     (r'"customer_id":"[^"]*"', '"customer_id":"99999999999"', False),
 ]

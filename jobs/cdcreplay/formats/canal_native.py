@@ -3,8 +3,9 @@
 Each message is parsed once into its envelope, with the row images `data` and `old` as arrays of
 ``map<string,string>``: Canal and DTS write every value as a JSON string (or null), which a string map holds exactly.
 A number token where a string is expected is read by Spark through a double when it has a fraction or an exponent
-(``1.50`` -> ``1.5``) while the Python decoder keeps its text: a record holding such a token
-(``native_json.plain_numbers``) is left to Python; an integer token reads the same on both paths.
+(``1.50`` -> ``1.5``) while the Python decoder keeps its text: a record holding a number token anywhere but in
+es, id, ts and sqlType is left to Python (counted by substring search, without a regular expression over the
+message, which needs the compact JSON Canal and DTS write: other layouts go to Python too).
 
 The tables of the input are sampled first (a light parse of a sample of the records, on the driver: database, table,
 ``mysqlType`` and ``pkNames``), and each becomes a :class:`TablePlan`: its columns, their Spark types, its key columns
@@ -20,7 +21,8 @@ The native path decodes INSERT, UPDATE, DELETE and INIT messages of the open-sou
 and TRUNCATE messages, the legacy layout (every record of a source declared ``legacy_swapped: true``), a DELETE
 with its row in `old`, a table without a plan (more than MAX_NATIVE_TABLES tables, a decimal wider than Spark's,
 configured column types), a missing key value, a value its check does not vouch for, a string value holding a brace
-or bracket (nested JSON is rendered differently), an escape or number token Spark renders differently -- goes through
+or bracket (nested JSON is rendered differently), an escape Spark renders differently, a number token where text
+is read, JSON that is not compact -- goes through
 the Python decoder (``canal_json.decode_record``) unchanged.
 """
 
@@ -57,10 +59,10 @@ TABLE_DDL = (
 # A name a rendered number token (or nested JSON) could never equal, and a JSON key written without escapes.
 RENDERED_NUMBER = r"^(-?[0-9].*[.E]|NaN$|-?Infinity$|[\[{])"
 PLAIN_NAME = r"^[A-Za-z_$][A-Za-z0-9_$]*$"
-# A number token with a fraction or an exponent that Java may print otherwise (native_json.RISKY_TOKEN), as an object
-# member's value (after the key's closing quote and the colon) or an array element: a time of day inside a string
-# ("03:04:05.120") is neither.
-RISKY_MEMBER = r'("\s*:|[\[,])\s*' + N.RISKY_TOKEN
+# How a member's value may start right after `":` when it is not a number token.
+NOT_NUMBER_STARTS = ('"', "n", "{", "[", "t", "f")
+# A closing quote followed by blank space: in compact JSON only inside a string (text or an escaped quote).
+QUOTE_BLANKS = ('" ', '"\t', '"\n', '"\r')
 # Join a column's values, and stand for NULL: no value holds them (raw, they are not JSON; escaped, native_json
 # refuses them).
 SEPARATOR, NULL_MARK = "\u0001", "\u0002"
@@ -276,8 +278,33 @@ def _as_base64(image: Column, columns: list[str]) -> Column:
     return image
 
 
-def _structure_count(structure: Column, char: str) -> Column:
-    return F.length(structure) - F.length(F.replace(structure, F.lit(char), F.lit("")))
+def _occurrences(text: Column, part: str) -> Column:
+    """How often ``part`` occurs in ``text``: a substring replace, far cheaper than a regular expression."""
+    return (F.length(text) - F.length(F.replace(text, F.lit(part), F.lit("")))) / len(part)
+
+
+def _number_members(text: Column) -> Column:
+    """Members written `"name":<number>` in compact JSON (an upper bound: text inside a string can only add)."""
+    members = _occurrences(text, '":')
+    for start in NOT_NUMBER_STARTS:
+        members = members - _occurrences(text, '":' + start)
+    return members
+
+
+def _numbers_as_written(text: Column, message: Column) -> Column:
+    """No number token is read where the Python decoder reads text, without a regular expression over the message:
+    in compact JSON (no closing quote followed by blank space) every member's value follows `":` directly, and the only
+    members holding a number are es, id, ts and those of sqlType (which neither path reads; without an escape, its
+    text as Spark renders it counts its members as the message does). An integer token would read the same on both
+    paths, but any number elsewhere is left to Python: far rarer than the regular expression's cost."""
+    compact = F.lit(True)
+    for part in QUOTE_BLANKS:
+        compact = compact & (F.instr(text, part) == 0)
+    sql_type = message["sqlType"]
+    expected = sum(F.when(message[name].isNotNull(), 1).otherwise(0) for name in ("es", "id", "ts"))
+    expected = expected + F.coalesce(_number_members(sql_type), F.lit(0))
+    plain_sql_type = sql_type.isNull() | (F.instr(sql_type, "\\") == 0)
+    return compact & plain_sql_type & (_number_members(text) == expected)
 
 
 def _count(values: Column) -> Column:
@@ -311,7 +338,6 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[TableP
     # Every container of the text is one the envelope accounts for (so no value holds nested JSON or a brace, and
     # nothing follows the message's closing brace, which Spark ignores and Python refuses).
     text_col = F.col("_text")
-    structure = F.regexp_replace(text_col, r"[^{}\[\]]+", "")
     braces = (
         1
         + _count(data)
@@ -323,10 +349,10 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[TableP
     shaped = (
         text_col.startswith("{")
         & text_col.endswith("}")
-        & (_structure_count(structure, "{") == braces)
-        & (_structure_count(structure, "}") == braces)
-        & (_structure_count(structure, "[") == brackets)
-        & (_structure_count(structure, "]") == brackets)
+        & (_occurrences(text_col, "{") == braces)
+        & (_occurrences(text_col, "}") == braces)
+        & (_occurrences(text_col, "[") == brackets)
+        & (_occurrences(text_col, "]") == brackets)
     )
     checks = _per_plan(plan, [_plan_checks(p, F.col("_c"), message, is_update) for p in plan_list], F.lit(False))
     envelope_ok = (
@@ -342,7 +368,7 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[TableP
         & ~F.coalesce(F.to_json(old).contains("[null") | F.to_json(old).contains(",null"), F.lit(False))
         & N.plain_escapes(text_col)
         & shaped
-        & ~text_col.rlike(RISKY_MEMBER)
+        & _numbers_as_written(text_col, message)
         & F.coalesce(checks, F.lit(False))
     )
     es = message["es"]
