@@ -59,7 +59,7 @@ REGISTRY: dict[str, FormatSpec] = {
                 "choice",
                 "auto (default), spark or python: spark has Spark's JSON reader decode the row changes it can "
                 "render exactly (open-source layout) and Python the rest, python decodes every record in Python, "
-                "auto is spark for a run of at least 50,000 records and python below (the same rows either way)",
+                "auto is python for now (the native pass is not yet faster); the same rows either way",
                 ("auto", "python", "spark"),
             ),
         },
