@@ -44,7 +44,10 @@ from cdcreplay.simulator.encoders import ENCODERS
 pytestmark = pytest.mark.timeout(600)
 
 # A format read another way is fuzzed as a case of its own: the name, then the format and the options it forces.
-READERS = {"debezium-json:reader=spark": ("debezium-json", {"reader": "spark"})}
+READERS = {
+    "canal-json:reader=spark": ("canal-json", {"reader": "spark"}),
+    "debezium-json:reader=spark": ("debezium-json", {"reader": "spark"}),
+}
 FORMATS = sorted(REGISTRY) + sorted(READERS)
 CONFORMANCE = Path(__file__).parent / "data" / "conformance"
 KNOWN_REASONS = frozenset(value for name, value in vars(S).items() if name.startswith("REASON_"))

@@ -55,6 +55,13 @@ REGISTRY: dict[str, FormatSpec] = {
             "legacy_swapped": FormatOption(
                 "bool", "true for Alibaba DTS instances created before 2022-03-20, whose `data`/`old` are swapped"
             ),
+            "reader": FormatOption(
+                "choice",
+                "auto (default), spark or python: spark has Spark's JSON reader decode the row changes it can "
+                "render exactly (open-source layout) and Python the rest, python decodes every record in Python, "
+                "auto is python for now (the native pass is not yet faster); the same rows either way",
+                ("auto", "python", "spark"),
+            ),
         },
     ),
     "dts-shareplex-json": FormatSpec(

@@ -38,8 +38,9 @@ RISKY_TOKEN = (
     r"(-0(?![.0-9])|-?(NaN|Infinity|[0-9.]*[eE]|[0-9]*\.[0-9]*[0-9]0(?![0-9])|[0-9]{8,}\.|0\.0[0-9]|[0-9.]{17}))"
 )
 _RISKY_NUMBER = r"[:,\[]\s*" + RISKY_TOKEN
-# A lone surrogate escape ("?" to Spark) or an escaped control character (re-escaped differently in nested objects).
-RISKY_ESCAPE = r"\\u[dD][89abAB]|\\u00[01]"
+# A surrogate escape (a lone one, high or low, is "?" to Spark; a pair is refused too) or an escaped control character
+# (re-escaped differently in nested objects).
+RISKY_ESCAPE = r"\\u[dD][89a-fA-F]|\\u00[01]"
 
 
 def text_of(binary: Column) -> Column:
