@@ -29,7 +29,7 @@ from pyspark.sql import DataFrame
 
 from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
-from cdcreplay.formats.native_json import with_python_fallback
+from cdcreplay.formats.native_json import decode_by_reader, reader_chooses_native
 from cdcreplay.formats.python_rows import (
     DecodeError,
     RawRecord,
@@ -275,13 +275,9 @@ NATIVE_MIN_RECORDS: int | None = None
 
 
 def reads_natively(pipeline: PipelineConfig, record_count: int | None = None) -> bool:
-    """Whether Spark's JSON reader decodes what ``canal_native`` vouches for (the Python decoder the rest):
-    ``options.reader`` ``spark`` always, ``python`` never, ``auto`` (the default) for a run of at least
-    NATIVE_MIN_RECORDS records when that is set (``record_count``; an unknown count reads in Python)."""
-    reader = pipeline.options.get("reader", "auto")
-    if reader == "auto":
-        return NATIVE_MIN_RECORDS is not None and record_count is not None and record_count >= NATIVE_MIN_RECORDS
-    return reader == "spark"
+    """Whether Spark's JSON reader decodes what ``canal_native`` vouches for, the Python decoder the rest
+    (``native_json.reader_chooses_native``)."""
+    return reader_chooses_native(pipeline, record_count, NATIVE_MIN_RECORDS)
 
 
 def decode_natively(records: DataFrame, pipeline: PipelineConfig, record_count: int | None = None) -> DataFrame | None:
@@ -298,9 +294,4 @@ def decode_natively(records: DataFrame, pipeline: PipelineConfig, record_count: 
 
 
 def decode(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
-    """Natively where ``canal_native`` vouches for a record and in Python the rest with ``options.reader: spark``;
-    else in Python (``auto`` needs a run's record count, which a bare call does not have)."""
-    native = decode_natively(records, pipeline) if reads_natively(pipeline) else None
-    if native is None:
-        return decode_in_python(records, pipeline)
-    return with_python_fallback(native, records, lambda rest: decode_in_python(rest, pipeline))
+    return decode_by_reader(records, pipeline, reads_natively, decode_natively, decode_in_python)

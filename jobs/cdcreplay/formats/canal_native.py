@@ -252,16 +252,6 @@ def _plan_checks(plan: TablePlan, columns: Column, message: Column, is_update: C
     return ok
 
 
-def _per_plan(plan_index: Column, values: list[Column], otherwise: Column | None = None) -> Column:
-    """CASE plan_index WHEN i THEN values[i] END."""
-    out = None
-    for index, value in enumerate(values):
-        out = F.when(plan_index == index, value) if out is None else out.when(plan_index == index, value)
-    if out is None:
-        return otherwise if otherwise is not None else F.lit(None)
-    return out if otherwise is None else out.otherwise(otherwise)
-
-
 def _columns_schema(plans: list[TablePlan]) -> StructType:
     """`data` and `old` rows as structs of every plan's checked columns (a name shared by tables is one field)."""
     names = list(dict.fromkeys(name for plan in plans for name in plan.checked))
@@ -354,7 +344,7 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[TableP
         & (_occurrences(text_col, "[") == brackets)
         & (_occurrences(text_col, "]") == brackets)
     )
-    checks = _per_plan(plan, [_plan_checks(p, F.col("_c"), message, is_update) for p in plan_list], F.lit(False))
+    checks = N.per_plan(plan, [_plan_checks(p, F.col("_c"), message, is_update) for p in plan_list], F.lit(False))
     envelope_ok = (
         (plan >= 0)
         & message.isNotNull()
@@ -402,7 +392,7 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[TableP
     def converted(image: Column) -> Column:
         if not binary_plans:
             return image
-        return _per_plan(plan, [_as_base64(image, plan_list[i].binary) for i in binary_plans], image)
+        return N.per_plan(plan, [_as_base64(image, plan_list[i].binary) for i in binary_plans], image)
 
     row = F.col("col")
     old_row = F.coalesce(F.try_element_at(F.col("_old"), F.col("pos") + 1), F.create_map().cast("map<string,string>"))
@@ -416,7 +406,7 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[TableP
 
     def key_of(image: Column) -> Column:
         keys = [F.to_json(F.array(*[image[name] for name in p.key_columns])) for p in plan_list]
-        return _per_plan(plan, keys, F.lit(None).cast("string"))
+        return N.per_plan(plan, keys, F.lit(None).cast("string"))
 
     after, before = F.col("_after"), F.col("_before")
     after_key, before_key = key_of(after), key_of(before)
@@ -432,9 +422,9 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[TableP
     )
     move_delete = F.col("_move_delete")
     is_delete = move_delete | (F.col("op") == S.OP_DELETE)
-    table_id = _per_plan(plan, [F.lit(p.table_id) for p in plan_list], F.lit(None).cast("string"))
-    key_columns = _per_plan(plan, [_array_of(p.key_columns) for p in plan_list], F.lit(None).cast("array<string>"))
-    column_types = _per_plan(plan, [N.literal_map(p.types) for p in plan_list], F.lit(None).cast("map<string,string>"))
+    table_id = N.per_plan(plan, [F.lit(p.table_id) for p in plan_list], F.lit(None).cast("string"))
+    key_columns = N.per_plan(plan, [_array_of(p.key_columns) for p in plan_list], F.lit(None).cast("array<string>"))
+    column_types = N.per_plan(plan, [N.literal_map(p.types) for p in plan_list], F.lit(None).cast("map<string,string>"))
     out = {
         **{c: F.col(c) for c in ("topic", "partition", "offset")},
         N.NATIVE_FLAG: F.col("_ok"),

@@ -356,14 +356,6 @@ def _key_change_provenance(headers: Column) -> tuple[Column, Column]:
     return F.when(detail != "", detail), ok
 
 
-def _per_plan(plan_index: Column, values: list[Column]) -> Column:
-    """CASE plan_index WHEN i THEN values[i] END."""
-    out = None
-    for index, value in enumerate(values):
-        out = F.when(plan_index == index, value) if out is None else out.when(plan_index == index, value)
-    return out
-
-
 def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[SchemaPlan]) -> DataFrame:
     """Every record with its natively decoded columns and the ``native`` flag (see ``native_json``)."""
     plan_list = list(plans)
@@ -406,9 +398,9 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[Schema
     # One CASE per image, each plan's branch computing its converted image and its verdict together.
     no_image = F.struct(F.lit(None).cast("map<string,string>").alias("image"), F.lit(False).alias("ok"))
     if plan_list:
-        after = _per_plan(plan, [_image(payload["after"], p) for p in plan_list])
-        before = _per_plan(plan, [_image(payload["before"], p) for p in plan_list])
-        column_types = _per_plan(plan, [N.literal_map(p.types) for p in plan_list])
+        after = N.per_plan(plan, [_image(payload["after"], p) for p in plan_list])
+        before = N.per_plan(plan, [_image(payload["before"], p) for p in plan_list])
+        column_types = N.per_plan(plan, [N.literal_map(p.types) for p in plan_list])
     else:
         after = before = no_image
         column_types = F.lit(None).cast("map<string,string>")
@@ -421,7 +413,7 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[Schema
     for name in (db, schema_name, table):
         names_plain = names_plain & ~F.coalesce(name.rlike(RENDERED_NUMBER), F.lit(False))
     images_plain = (
-        _per_plan(plan, [_tokens_read_as_written(p, payload, F.col("_payload_text")) for p in plan_list])
+        N.per_plan(plan, [_tokens_read_as_written(p, payload, F.col("_payload_text")) for p in plan_list])
         if plan_list
         else F.lit(False)
     )

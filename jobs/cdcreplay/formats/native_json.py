@@ -74,6 +74,17 @@ def one_object(text: Column) -> Column:
     return text.endswith("}") & (F.length(braces) == 2 * F.length(F.replace(braces, F.lit("}"), F.lit(""))))
 
 
+def per_plan(plan_index: Column, values: list[Column], otherwise: Column | None = None) -> Column:
+    """CASE plan_index WHEN i THEN values[i] ELSE otherwise END: a native decoder's per-table (or per-schema) plans
+    under one generated projection, each branch holding only its own table's columns."""
+    out = None
+    for index, value in enumerate(values):
+        out = F.when(plan_index == index, value) if out is None else out.when(plan_index == index, value)
+    if out is None:
+        return otherwise if otherwise is not None else F.lit(None)
+    return out if otherwise is None else out.otherwise(otherwise)
+
+
 def literal_map(mapping: dict[str, str]) -> Column:
     """A map<string,string> literal in the dict's order (an empty dict gives an empty typed map)."""
     if not mapping:
@@ -132,6 +143,26 @@ def with_python_fallback(native: DataFrame, records: DataFrame, python_decode) -
     flagged. Both branches start from the same parse, which Spark computes once per branch."""
     decoded = native.where(F.col(NATIVE_FLAG)).select(*DECODED_COLUMNS)
     return decoded.unionByName(python_decode(flagged_records(native, records)))
+
+
+def reader_chooses_native(pipeline, record_count: int | None, native_min_records: int | None) -> bool:
+    """``options.reader``: ``spark`` always decodes natively (the Python decoder takes what the native path flags),
+    ``python`` never, ``auto`` (the default) for a run of at least ``native_min_records`` records (None: never yet;
+    an unknown count reads in Python)."""
+    reader = pipeline.options.get("reader", "auto")
+    if reader == "auto":
+        return native_min_records is not None and record_count is not None and record_count >= native_min_records
+    return reader == "spark"
+
+
+def decode_by_reader(records: DataFrame, pipeline, reads_natively, decode_natively, decode_in_python) -> DataFrame:
+    """A format's ``decode``: natively where its native path vouches for a record and in Python the rest when
+    ``reads_natively`` says so (``auto`` needs a run's record count, which a bare call does not have), else in
+    Python."""
+    native = decode_natively(records, pipeline) if reads_natively(pipeline) else None
+    if native is None:
+        return decode_in_python(records, pipeline)
+    return with_python_fallback(native, records, lambda rest: decode_in_python(rest, pipeline))
 
 
 PENDING = "pending_python"  # record kind of a flagged record between the two passes of write_decoded
