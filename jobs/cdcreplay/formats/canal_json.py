@@ -210,11 +210,15 @@ def decode_record(layout: str, configured_keys: dict[str, list[str]], record: Ra
         entries = _message_entries(message, layout, configured_keys)
     except _Malformed:
         raise not_json from None
-    if len(entries) > 1 and SURROGATE_ESCAPE.search(text) and not _unicode(entries):
+    if len(entries) > 1 and _escapes_surrogate(text) and not _unicode(entries):
         # A lone surrogate in what several rows carry (or in one of them): the message is not Unicode text, and is
         # quarantined once as a whole rather than row by row (a single row is quarantined by routing, naming its field).
         raise DecodeError(S.REASON_NOT_UTF8, LONE_SURROGATE)
     return entries
+
+
+def _escapes_surrogate(text: str) -> bool:
+    return ("\\ud" in text or "\\uD" in text) and SURROGATE_ESCAPE.search(text) is not None  # a substring search first
 
 
 def _unicode(entries: list[dict]) -> bool:
