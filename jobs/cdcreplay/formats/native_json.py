@@ -11,10 +11,11 @@ What Spark's JSON reader does that the Python decoders do not, and the guards th
 path:
   - a number token in a string field is read through a double and printed as Java prints it (``1.10`` -> ``1.1``,
     ``1e5`` -> ``100000.0``, ``12345678901234567890.123456789`` -> ``1.2345678901234567E19``); integers of any length
-    are kept exactly. :func:`plain_numbers` passes only number tokens that Java prints back as written;
-  - text after the JSON object is ignored (Python reads it as not JSON); ``\\ud800`` (a lone surrogate) becomes "?";
-    ``NaN``/``Infinity`` are numbers; an escaped control character inside a nested object is re-escaped in upper case.
-    :func:`json_guards` sends such records to Python;
+    are kept exactly. :func:`plain_numbers` passes only number tokens that Java prints back as written (a decoder may
+    run it only where a value could hold such a token: ``debezium_native._tokens_read_as_written``);
+  - text after the JSON object is ignored (Python reads it as not JSON: :func:`one_object`); ``\\ud800`` or
+    ``\\udc00`` (a lone surrogate) becomes "?"; ``NaN``/``Infinity`` are numbers; an escaped control character inside
+    a nested object is re-escaped in upper case. :func:`plain_escapes` sends such records to Python;
   - single-quoted strings are JSON to Jackson: turned off (``JSON_OPTIONS``), so they are unreadable on both paths.
 """
 
