@@ -203,7 +203,7 @@ def schema_plans(records: DataFrame, every: int = 1) -> list[SchemaPlan]:
 def _decimal(raw: Column, precision: int, scale: int) -> tuple[Column, Column]:
     """Connect Decimal: base64 of the big-endian two's-complement unscaled integer (1 to 8 bytes) -> (exact text,
     whether the native path vouches for it). The bytes' hex digits, sign-extended to 16, read as a signed 64-bit
-    integer (``conv`` to base -10); times 10^-scale it is exact in decimal(19+scale, scale), whose text has exactly
+    integer (``conv`` to base -10); times 10^-scale it is exact in a decimal of that scale, whose text has exactly
     ``scale`` digits after the point, as the Python decoder writes it. Each reference to the bytes decodes them again
     (no common subexpression is shared inside the per-plan CASE), so the expression refers to them as little as it
     can."""
