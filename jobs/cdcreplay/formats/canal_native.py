@@ -57,7 +57,6 @@ TABLE_DDL = (
     "database string, `table` string, isDdl boolean, mysqlType map<string,string>, pkNames array<string>, type string"
 )
 # A name a rendered number token (or nested JSON) could never equal, and a JSON key written without escapes.
-RENDERED_NUMBER = r"^(-?[0-9].*[.E]|NaN$|-?Infinity$|[\[{])"
 PLAIN_NAME = r"^[A-Za-z_$][A-Za-z0-9_$]*$"
 # How a member's value may start right after `":` when it is not a number token.
 NOT_NUMBER_STARTS = ('"', "n", "{", "[", "t", "f")
@@ -122,7 +121,7 @@ def _base_type(spark_type: str) -> str:
 
 
 def _plain(text: str | None) -> bool:
-    return text is None or not re.match(RENDERED_NUMBER, text)
+    return text is None or not re.match(N.RENDERED_NUMBER, text)
 
 
 def table_plan(db: str | None, table: str | None, names, types, pk_names, pipeline: PipelineConfig) -> TablePlan | None:

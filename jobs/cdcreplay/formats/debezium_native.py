@@ -90,10 +90,6 @@ CHECKS = {
     "binary": lambda raw: raw.rlike(_BASE64),
 }
 PRIMITIVES = ("boolean", "int8", "int16", "int32", "int64", "float32", "float64", "float", "double", "string", "bytes")
-# What Spark's JSON reader makes of a number token where a string is read (see native_json): a double's rendering
-# (always with a point or an exponent, or NaN/Infinity), or nested JSON it rewrote. A string value like this may have
-# come from a number token the reader rewrote; the record's payload is then checked token by token.
-RENDERED_NUMBER = r"^(-?[0-9].*[.E]|NaN$|-?Infinity$|[\[{])"
 FLOAT_TYPES = ("float", "double")
 PLAIN_NAME = r"^[A-Za-z0-9_$]+$"  # a column name JSON writes as it is (no escape could spell it differently)
 POSITION_PART = r"^[0-9]{1,18}$"
@@ -260,15 +256,15 @@ def _tokens_read_as_written(plan: SchemaPlan, payload: Column, payload_text: Col
 
     Only two kinds of column can hold a rewritten token that still passes its check: a string column (any token is
     text to it) and a float or double column. A string value is suspect when it reads like a rewritten number or nested
-    JSON (RENDERED_NUMBER); a float column's token is read from the payload text by a search anchored on the column's
-    name. The names that make the table's identity are checked by the caller."""
+    JSON (``native_json.reads_like_rendered_number``); a float column's token is read from the payload text by a
+    search anchored on the column's name. The names that make the table's identity are checked by the caller."""
     strings = [index for index, name in enumerate(plan.columns) if plan.types[name] == "string"]
     floats = [name for name in plan.columns if plan.types[name] in FLOAT_TYPES]
     plain = F.lit(True)
     for image in (payload["after"], payload["before"]):
         values = F.map_values(image)
         for index in strings:
-            plain = plain & ~F.coalesce(F.try_element_at(values, F.lit(index + 1)).rlike(RENDERED_NUMBER), F.lit(False))
+            plain = plain & ~N.reads_like_rendered_number(F.try_element_at(values, F.lit(index + 1)))
     if any(not re.match(PLAIN_NAME, name) for name in floats):
         return plain & N.plain_numbers(payload_text)
     for name in floats:
@@ -411,7 +407,7 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[Schema
     # when it ran for every record).
     names_plain = F.lit(True)
     for name in (db, schema_name, table):
-        names_plain = names_plain & ~F.coalesce(name.rlike(RENDERED_NUMBER), F.lit(False))
+        names_plain = names_plain & ~N.reads_like_rendered_number(name)
     images_plain = (
         N.per_plan(plan, [_tokens_read_as_written(p, payload, F.col("_payload_text")) for p in plan_list])
         if plan_list

@@ -39,6 +39,10 @@ RISKY_TOKEN = (
     r"(-0(?![.0-9])|-?(NaN|Infinity|[0-9.]*[eE]|[0-9]*\.[0-9]*[0-9]0(?![0-9])|[0-9]{8,}\.|0\.0[0-9]|[0-9.]{17}))"
 )
 _RISKY_NUMBER = r"[:,\[]\s*" + RISKY_TOKEN
+# What the reader makes of a number token where a string is read: a double's rendering (always with a point or an
+# exponent, or NaN/Infinity), or nested JSON it rewrote. A string value that reads like this may have come from a
+# number token the reader rewrote; a value that does not cannot have.
+RENDERED_NUMBER = r"^(-?[0-9].*[.E]|NaN$|-?Infinity$|[\[{])"
 # A surrogate escape (a lone one, high or low, is "?" to Spark; a pair is refused too) or an escaped control character
 # (re-escaped differently in nested objects).
 RISKY_ESCAPE = r"\\u[dD][89a-fA-F]|\\u00[01]"
@@ -53,6 +57,11 @@ def plain_numbers(text: Column) -> Column:
     """True when every number token of ``text`` reads back from a double as written (so a string field holds the
     token's own text); conservative: a string that looks like such a token also says false."""
     return ~text.rlike(_RISKY_NUMBER)
+
+
+def reads_like_rendered_number(value: Column) -> Column:
+    """A string value that may be a number token the reader rewrote, or nested JSON (false for NULL)."""
+    return F.coalesce(value.rlike(RENDERED_NUMBER), F.lit(False))
 
 
 def plain_escapes(text: Column) -> Column:
