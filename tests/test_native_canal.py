@@ -155,14 +155,16 @@ TYPED_VALUES = {  # column -> [(value, taken natively)]
     "b": [("1", True), ("true", True), ("yes", False), ("2", False)],
     "big": [("-9223372036854775808", True), ("9223372036854775808", False), ("1.0", False)],
     "u": [("18446744073709551615", True), ("18446744073709551616", True), ("184467440737095516160", False)],
-    "d": [("123.45", True), ("-0.005", True), ("999.995", False), ("1e2", False), ("abc", False), ("", False)],
+    "d": [("123.45", True), ("-0.005", True), ("999.995", False), ("1e2", False), ("abc", False), ("", False)]
+    + [("99.995", True), ("-999.99", True), ("1000", False), ("12.5\n", False)],
     "f": [("1.5", True), ("-2E10", True), ("NaN", False), ("1.5f", False)],
     "x": [("3.14", True), ("inf", False)],
-    "day": [("2024-02-29", True), ("2023-02-29", False), ("2024-2-9", False)],
+    "day": [("2024-02-29", True), ("2023-02-29", False), ("2024-2-9", False), ("2000-02-29", True)]
+    + [("1900-02-29", False), ("2023-04-31", False), ("2023-12-31", True), ("0000-01-01", False)],
     "at": [("2024-01-02 03:04:05.120", True), ("2024-01-02 24:00:00", False), ("2024-01-02T03:04:05", False)],
     "ts": [("2024-01-02 03:04:05", True), ("2024-01-02", True)],
     "bin": [("ab\u00ff", True), ("\u0000", False), ("\u0100", False), ("", True)],
-    "y": [("2024", True), ("2147483648", False), (" 1", False)],
+    "y": [("2024", True), ("2147483648", False), (" 1", False), ("2147483647", True), ("-2147483648", True)],
 }
 
 
@@ -191,6 +193,8 @@ CORNER_CASES = [  # (message, taken natively)
     (_message([{"id": "1", "v": "b"}], old=[{"id": "x"}], kind="UPDATE"), False),  # an old value its type refuses
     (_message([{"id": "1", "v": "b"}], old=[{"id": "x"}], kind="INSERT"), True),  # old is not read for an INSERT
     (_message([{"id": "1", "v": "b"}], kind="insert"), True),
+    (_message([{"id": str(i), "v": "a"} for i in range(5000)], kind="INIT"), True),  # one check over 5,000 rows
+    (_message([{"id": str(i), "v": "a"} for i in range(99)] + [{"id": "x", "v": "a"}], kind="INIT"), False),
     (_message([{"v": "a"}]), False),  # no key value: missing_key
     (_message([{"id": None, "v": "a"}]), False),
     (_message([{"id": "1", "v": "a"}, None]), False),  # a null row: Python quarantines it (and keeps the other)
@@ -332,9 +336,10 @@ def test_two_pass_write_equals_decode(spark, tmp_path):
 @pytest.mark.parametrize(
     "reader, records, native",
     [
-        (None, None, False),
-        (None, 10**9, False),  # auto reads in Python until the native pass is faster (canal_json.NATIVE_MIN_RECORDS)
-        ("auto", 10**9, False),
+        (None, None, False),  # auto, size unknown (``decode`` outside a run): Python
+        (None, canal_json.NATIVE_MIN_RECORDS - 1, False),
+        (None, canal_json.NATIVE_MIN_RECORDS, True),
+        ("auto", canal_json.NATIVE_MIN_RECORDS, True),
         ("spark", 1, True),
         ("python", 10**9, False),
     ],

@@ -206,6 +206,7 @@ PAYLOAD_EDITS = [  # (pattern, replacement, still decoded natively)
     (r'"created_at":\d+', '"created_at":"soon"', False),
     (r'"customer_id":\d+', '"customer_id":99999999999', False),
     (r"\}$", "}}", False),
+    (r"\}$", ',"payload":{"op":"x"}}', False),  # a second payload member: the last wins in Python, not in Spark
     (r'"table":"[^"]*"', '"table":1.50', False),  # the reader would name the table 1.5
     (r'"weight":[0-9.]+', '"weight":2.50', False),  # a double token Java prints as 2.5
     (r'"weight":[0-9.]+', '"weight" : 2.5', True),

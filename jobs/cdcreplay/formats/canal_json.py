@@ -271,11 +271,9 @@ def decode_in_python(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
     return decode_with_python(records, partial(decode_record, layout_of(pipeline), keys), pipeline)
 
 
-# `auto` reads in Python for now: on the 2M-event benchmark archive the native pass is not yet faster (142 s
-# against 88 s for the Python decoder's write). Its per-message verdict (every plan's value checks in one projection)
-# outgrows the JVM's 64 KB method limit and runs without whole-stage code generation: on 300,000 records the verdict
-# alone takes 34 s where the parse takes 4 s. Set to a record count (50,000 as for debezium-json) once it is faster.
-NATIVE_MIN_RECORDS: int | None = None
+# Below this many records the native path's fixed cost (a table pass, generating and compiling its projection, a
+# second write for the records left to Python) outweighs what it saves, as for debezium-json.
+NATIVE_MIN_RECORDS: int | None = 50_000
 
 
 def reads_natively(pipeline: PipelineConfig, record_count: int | None = None) -> bool:

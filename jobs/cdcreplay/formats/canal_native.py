@@ -58,33 +58,81 @@ TABLE_DDL = (
 )
 # A name a rendered number token (or nested JSON) could never equal, and a JSON key written without escapes.
 PLAIN_NAME = r"^[A-Za-z_$][A-Za-z0-9_$]*$"
-# How a member's value may start right after `":` when it is not a number token.
-NOT_NUMBER_STARTS = ('"', "n", "{", "[", "t", "f")
 # A closing quote followed by blank space: in compact JSON only inside a string (text or an escaped quote).
-QUOTE_BLANKS = ('" ', '"\t', '"\n', '"\r')
-# Join a column's values, and stand for NULL: no value holds them (raw, they are not JSON; escaped, native_json
-# refuses them).
-SEPARATOR, NULL_MARK = "\u0001", "\u0002"
+QUOTE_BLANK = '"[ \\t\\n\\r]'
+# Join a column's values, stand for NULL, and join the columns: no value holds them (raw, they are not JSON; escaped,
+# native_json refuses them).
+SEPARATOR, NULL_MARK, COLUMN_SEPARATOR = "\u0001", "\u0002", "\u0003"
 # Source event time in milliseconds that the Python decoder can hold (years 1..9999); outside, both write NULL.
 MIN_MILLIS, MAX_MILLIS = -62135596800000, 253402300799999
 # The Python check rounds a decimal in a 28-digit context: a wider decimal type is left to it.
 MAX_DECIMAL_PRECISION = 28
 
-# Canonical text each Spark type's check accepts natively (one value; ``value_checks`` accepts a superset), and
-# the type a value must also cast to (range, calendar), or None when the text alone decides.
-_TIME = r"([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?"
+
+def integers_up_to(limit: int) -> str:
+    """A regular expression for the unsigned decimal texts of the integers 0..``limit`` (leading zeros allowed up to
+    ``limit``'s number of digits): every shorter text, and at ``limit``'s length a digit-by-digit comparison."""
+    digits = str(limit)
+    forms = [f"[0-9]{{1,{len(digits) - 1}}}"] if len(digits) > 1 else []
+    for index, digit in enumerate(digits):
+        if digit != "0":
+            rest = len(digits) - index - 1
+            forms.append(digits[:index] + f"[0-{int(digit) - 1}]" + (f"[0-9]{{{rest}}}" if rest else ""))
+    forms.append(digits)
+    return "(?:" + "|".join(forms) + ")"
+
+
+def _signed_range(bits: int) -> str:
+    return f"(?:{integers_up_to(2 ** (bits - 1) - 1)}|-{integers_up_to(2 ** (bits - 1))})"
+
+
+# A calendar date of years 1..9999: February 29 only of a leap year (divisible by 4, and by 400 at a century).
+_DATE = (
+    r"(?:(?:000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})-"
+    r"(?:(?:0[1-9]|1[0-2])-(?:0[1-9]|1[0-9]|2[0-8])|(?:0[13-9]|1[0-2])-(?:29|30)|(?:0[13578]|1[02])-31)"
+    r"|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)-02-29)"
+)
+_TIME = r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,6})?"
+_REAL = r"-?[0-9]{1,40}(?:\.[0-9]{1,40})?(?:[eE][+-]?[0-9]{1,3})?"
+# Canonical text each Spark type's check accepts natively: the text alone decides (ranges and the calendar are in
+# the expression), and it accepts a subset of what ``value_checks`` accepts, so whatever it refuses is Python's.
 VALUE_FORMS = {
-    "boolean": (r"(0|1|true|false)", None),
-    "int": (r"-?[0-9]{1,10}", "int"),
-    "bigint": (r"-?[0-9]{1,19}", "bigint"),
-    "decimal": (r"-?[0-9]{1,40}(\.[0-9]{1,40})?", None),  # cast to the column's own decimal type
-    "float": (r"-?[0-9]{1,40}(\.[0-9]{1,40})?([eE][+-]?[0-9]{1,3})?", None),
-    "double": (r"-?[0-9]{1,40}(\.[0-9]{1,40})?([eE][+-]?[0-9]{1,3})?", None),
-    "date": (r"[0-9]{4}-[0-9]{2}-[0-9]{2}", "date"),
-    "timestamp": (r"[0-9]{4}-[0-9]{2}-[0-9]{2}( " + _TIME + ")?", "timestamp_ntz"),
-    "timestamp_ntz": (r"[0-9]{4}-[0-9]{2}-[0-9]{2}( " + _TIME + ")?", "timestamp_ntz"),
-    "binary": (r"[\x00-\xff]*", None),  # Latin-1 text of the bytes: every character one byte
+    "boolean": "(?:0|1|true|false)",
+    "int": _signed_range(32),
+    "bigint": _signed_range(64),
+    "float": _REAL,
+    "double": _REAL,
+    "date": _DATE,
+    "timestamp": f"{_DATE}(?: {_TIME})?",
+    "timestamp_ntz": f"{_DATE}(?: {_TIME})?",
+    "binary": "[\\x00\\x04-\\xff]*",  # Latin-1 text of the bytes: every character one byte
 }
+# Any text but the separators below (a key column of type string).
+ANY_TEXT = "[^\\x01-\\x03]*"
+
+
+def decimal_form(precision: int, scale: int) -> str:
+    """The texts of decimal(precision, scale) that fit it after rounding to its scale: with fewer integer digits than
+    it holds, any fraction (rounding cannot carry into a digit it lacks); with all of them, at most ``scale``."""
+    whole = precision - scale
+    if whole == 0:
+        return f"-?0(?:\\.[0-9]{{1,{scale}}})?"
+    fraction = f"(?:\\.[0-9]{{1,{scale}}})?" if scale else ""
+    shorter = f"[0-9]{{1,{whole - 1}}}(?:\\.[0-9]{{1,40}})?|" if whole > 1 else ""
+    return f"-?(?:{shorter}[0-9]{{{whole}}}{fraction})"
+
+
+def value_form(spark_type: str) -> str | None:
+    """The regular expression a value of ``spark_type`` must match to be decoded natively; None for a type without
+    a native check (its plan is left to Python)."""
+    if spark_type.startswith("decimal("):
+        precision, scale = (int(part) for part in spark_type[len("decimal(") : -1].split(","))
+        if not 1 <= precision <= MAX_DECIMAL_PRECISION or scale > precision:
+            return None
+        return decimal_form(precision, scale)
+    if spark_type == "string":
+        return ANY_TEXT
+    return VALUE_FORMS.get(spark_type)
 
 
 @dataclass(frozen=True)
@@ -116,10 +164,6 @@ class TablePlan:
         return [name for name, spark_type in self.types.items() if spark_type == "binary"]
 
 
-def _base_type(spark_type: str) -> str:
-    return "decimal" if spark_type.startswith("decimal") else spark_type
-
-
 def _plain(text: str | None) -> bool:
     return text is None or not re.match(N.RENDERED_NUMBER, text)
 
@@ -135,14 +179,8 @@ def table_plan(db: str | None, table: str | None, names, types, pk_names, pipeli
     if names is None or types is None or any(t is None for t in types) or not names:
         return None
     mysql_types = tuple(zip(names, types, strict=True))
-    for mysql_type in types:
-        spark_type = mysql_type_name_to_spark(mysql_type)
-        if spark_type.startswith("decimal"):
-            precision, scale = (int(part) for part in spark_type[len("decimal(") : -1].split(","))
-            if not 1 <= precision <= MAX_DECIMAL_PRECISION or scale > precision:
-                return None
-        elif spark_type != "string" and spark_type not in VALUE_FORMS:
-            return None
+    if any(value_form(mysql_type_name_to_spark(mysql_type)) is None for mysql_type in types):
+        return None
     if pk_names is not None and any(name is None for name in pk_names):
         return None
     pk = None if pk_names is None else tuple(pk_names)
@@ -157,26 +195,32 @@ def table_plans(records: DataFrame, pipeline: PipelineConfig, every: int = 1) ->
     offset): a table the sample misses costs speed, never correctness (its records are decoded in Python)."""
     if every > 1:
         records = records.where(F.pmod(F.xxhash64("offset"), F.lit(every)) == 0)
-    message = N.parse(N.text_of(F.col("value")), TABLE_DDL).alias("m")
+    message = F.col("m")
+    # Which records declare a table is a grouping key, not a filter: Spark would push a filter below the parse and
+    # parse each record once more per condition.
+    declares_table = (
+        message.isNotNull()
+        & message[N.CORRUPT_FIELD].isNull()
+        & F.upper(message["type"]).isin(*ROW_TYPES)
+        & ~F.coalesce(message["isDdl"], F.lit(False))
+    )
     found = (
-        records.select(message)
-        .where(F.col("m").isNotNull() & F.col(f"m.{N.CORRUPT_FIELD}").isNull())
-        .where(F.upper("m.type").isin(*ROW_TYPES))
-        .where(~F.coalesce(F.col("m.isDdl"), F.lit(False)))
+        records.select(N.parse(N.text_of(F.col("value")), TABLE_DDL).alias("m"))
         .groupBy(
-            F.col("m.database").alias("db"),
-            F.col("m.table").alias("table"),
-            F.map_keys("m.mysqlType").alias("names"),
-            F.map_values("m.mysqlType").alias("types"),
-            F.col("m.pkNames").alias("pk"),
+            F.coalesce(declares_table, F.lit(False)).alias("declares_table"),
+            message["database"].alias("db"),
+            message["table"].alias("table"),
+            F.map_keys(message["mysqlType"]).alias("names"),
+            F.map_values(message["mysqlType"]).alias("types"),
+            message["pkNames"].alias("pk"),
         )
         .count()
-        .orderBy(F.desc("count"))
+        .orderBy(F.desc("declares_table"), F.desc("count"))
         .limit(4 * MAX_NATIVE_TABLES)
         .collect()
     )
     plans: list[TablePlan] = []
-    for row in found:
+    for row in (row for row in found if row.declares_table):
         plan = table_plan(row.db, row.table, row.names, row.types, row.pk, pipeline)
         if plan is not None and len(plans) < MAX_NATIVE_TABLES:
             plans.append(plan)
@@ -205,50 +249,43 @@ def _matches(message: Column, plan: TablePlan) -> Column:
     )
 
 
-def _joined(values: Column) -> Column:
-    """A column's values (across the rows of a message) as one text, NULL as NULL_MARK. (Counting without the
-    higher-order functions that array_compact needs: they take a whole stage out of generated code.)"""
-    return F.array_join(values, SEPARATOR, NULL_MARK)
+def _values_text(rows: Column, names: list[str]) -> Column:
+    """The values of the columns ``names`` across ``rows`` (row by row, as structs) as one text: a column's values
+    joined by SEPARATOR with NULL as NULL_MARK, the columns joined by COLUMN_SEPARATOR."""
+    parts = []
+    for name in names:
+        parts += [F.lit(COLUMN_SEPARATOR)] * bool(parts) + [F.array_join(rows[name], SEPARATOR, NULL_MARK)]
+    return F.concat(*parts)
 
 
-def _nulls(joined: Column) -> Column:
-    return F.length(joined) - F.length(F.replace(joined, F.lit(NULL_MARK), F.lit("")))
-
-
-def _values_pass(values: Column, spark_type: str) -> Column:
-    """Every non-null value of one column (across the rows of a message) passes the native check of its type."""
-    form, cast_type = VALUE_FORMS[_base_type(spark_type)]
-    if spark_type.startswith("decimal"):
-        cast_type = spark_type
-    joined = _joined(values)
-    value = f"({form}|{NULL_MARK})"
-    shaped = (F.size(values) == 0) | joined.rlike(f"^{value}({SEPARATOR}{value})*$")
-    if cast_type is None:
-        return shaped
-    cast = _joined(values.try_cast(f"array<{cast_type}>").cast("array<string>"))
-    return shaped & (_nulls(cast) == _nulls(joined))  # the cast made no value NULL
+def _values_pattern(plan: TablePlan, key_required: bool) -> str:
+    """The regular expression :func:`_values_text` of the plan's checked columns must match: each value of its type's
+    form or NULL (a key column's never NULL when ``key_required``). A value must end at a separator (the lookahead),
+    so the repetition of a column's values never needs to give one back: it is possessive, which keeps Java's matcher
+    from stacking a backtracking state per value."""
+    ends = f"(?=[{SEPARATOR}{COLUMN_SEPARATOR}]|\\z)"
+    columns = []
+    for name in plan.checked:
+        form = value_form(plan.types.get(name, "string"))
+        value = f"(?:{form}){ends}" if key_required and name in plan.key_columns else f"(?:{form}|{NULL_MARK}){ends}"
+        columns.append(f"{value}(?:{SEPARATOR}{value})*+")
+    return "^" + COLUMN_SEPARATOR.join(columns) + "\\z"  # \z: Java's $ also matches before a final line break
 
 
 def _plan_checks(plan: TablePlan, columns: Column, message: Column, is_update: Column) -> Column:
     """Whether every row of the message is one the native path decodes exactly as the Python decoder (``columns``:
-    the plan's checked columns of `data` and `old`, row by row)."""
-    types = plan.types
-    ok = F.lit(True)
-    for name in plan.key_columns:
-        # A key value missing from a row (or a null row) would be a missing_key quarantine in Python.
-        ok = ok & ~_joined(columns["data"][name]).contains(NULL_MARK)
+    the plan's checked columns of `data` and `old`, row by row). One regular expression over all of a message's
+    values per image, so that a plan costs a few expressions, whatever its number of columns: every plan's check
+    sits in one generated projection, which must stay below the JVM's 64 KB method limit."""
+    # A key value missing from a row (or a null row) would be a missing_key quarantine in Python.
+    ok = _values_text(columns["data"], plan.checked).rlike(_values_pattern(plan, key_required=True))
     old_json = F.to_json(message["old"])
     for name in plan.key_columns:
         # `old` naming a key column with null says the before image had no key: Python quarantines the move.
-        ok = ok & ~(is_update & F.coalesce(F.instr(old_json, f'"{name}":null') > 0, F.lit(False)))
-    for name, spark_type in types.items():
-        if spark_type == "string":
-            continue
-        ok = ok & _values_pass(columns["data"][name], spark_type)
-        # `old` is read only for an UPDATE (its values become the before image's)
-        old_values = columns["old"][name]
-        ok = ok & (~is_update | message["old"].isNull() | _values_pass(old_values, spark_type))
-    return ok
+        ok = ok & ~(is_update & F.coalesce(old_json.contains(f'"{name}":null'), F.lit(False)))
+    # `old` is read only for an UPDATE (its values become the before image's); a column it does not name is NULL.
+    old_ok = _values_text(columns["old"], plan.checked).rlike(_values_pattern(plan, key_required=False))
+    return ok & (~is_update | message["old"].isNull() | old_ok)
 
 
 def _columns_schema(plans: list[TablePlan]) -> StructType:
@@ -267,17 +304,19 @@ def _as_base64(image: Column, columns: list[str]) -> Column:
     return image
 
 
-def _occurrences(text: Column, part: str) -> Column:
-    """How often ``part`` occurs in ``text``: a substring replace, far cheaper than a regular expression."""
-    return (F.length(text) - F.length(F.replace(text, F.lit(part), F.lit("")))) / len(part)
+def _occurrences(text: Column, character: str) -> Column:
+    """How often ``character`` occurs in ``text``. (A split at one escaped character is Java's fast path, without a
+    regular expression: about ten times cheaper than counting by a substring replace.)"""
+    return F.size(F.split(text, "\\" + character)) - 1
+
+
+# A member whose value does not start as a string, null, object, array or boolean does: a number token.
+NUMBER_MEMBER = '":[^"n{\\[tf]'
 
 
 def _number_members(text: Column) -> Column:
     """Members written `"name":<number>` in compact JSON (an upper bound: text inside a string can only add)."""
-    members = _occurrences(text, '":')
-    for start in NOT_NUMBER_STARTS:
-        members = members - _occurrences(text, '":' + start)
-    return members
+    return F.regexp_count(text, F.lit(NUMBER_MEMBER))
 
 
 def _numbers_as_written(text: Column, message: Column) -> Column:
@@ -286,13 +325,12 @@ def _numbers_as_written(text: Column, message: Column) -> Column:
     members holding a number are es, id, ts and those of sqlType (which neither path reads; without an escape, its
     text as Spark renders it counts its members as the message does). An integer token would read the same on both
     paths, but any number elsewhere is left to Python: far rarer than the regular expression's cost."""
-    compact = F.lit(True)
-    for part in QUOTE_BLANKS:
-        compact = compact & (F.instr(text, part) == 0)
+    # One search for the four blanks: a substring search per blank stops at every quote of the text.
+    compact = ~text.rlike(QUOTE_BLANK)
     sql_type = message["sqlType"]
     expected = sum(F.when(message[name].isNotNull(), 1).otherwise(0) for name in ("es", "id", "ts"))
     expected = expected + F.coalesce(_number_members(sql_type), F.lit(0))
-    plain_sql_type = sql_type.isNull() | (F.instr(sql_type, "\\") == 0)
+    plain_sql_type = sql_type.isNull() | ~sql_type.contains("\\")
     return compact & plain_sql_type & (_number_members(text) == expected)
 
 

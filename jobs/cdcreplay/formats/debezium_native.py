@@ -326,7 +326,7 @@ def _key_columns(key_text: Column) -> tuple[Column, Column]:
     wrapped = F.from_json(key_text, "struct<payload map<string,string>>", N.JSON_OPTIONS)["payload"]
     bare = F.from_json(key_text, "map<string,string>", N.JSON_OPTIONS)
     has_schema = key_text.startswith(WRAPPED_START)
-    columns = F.when(has_schema, F.map_keys(wrapped)).when(F.instr(key_text, '"schema"') == 0, F.map_keys(bare))
+    columns = F.when(has_schema, F.map_keys(wrapped)).when(~key_text.contains('"schema"'), F.map_keys(bare))
     ok = columns.isNotNull() & N.plain_escapes(key_text) & F.size(columns).between(1, MAX_KEY_COLUMNS)
     return columns, F.coalesce(ok, F.lit(False))
 
@@ -359,19 +359,18 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[Schema
     configured_keys = {t: list(table.primary_key) for t, table in pipeline.tables.items() if table.primary_key}
 
     # A record is of plan i when its text starts with plan i's whole `{"schema":S,"payload":` (a memory compare,
-    # no copy); only its payload is copied out, checked to be UTF-8 and parsed.
+    # no copy; another table's schema differs within its first bytes); only its payload, the rest of the text, is
+    # copied out, checked to be UTF-8 and parsed.
     value = F.col("value")
     text = value.cast("string")
-    prefix = _prefix_bytes(text)
+    heads = [WRAPPED_START + plan.text + PAYLOAD_SEPARATOR for plan in plan_list]
     plan_index = F.lit(-1)
-    for index, plan in reversed(list(enumerate(plan_list))):
-        head = WRAPPED_START + plan.text + PAYLOAD_SEPARATOR
-        matches = (prefix == len(head.encode())) & text.startswith(head)
-        plan_index = F.when(matches, F.lit(index)).otherwise(plan_index)
-    located = records.select(
+    for index, head in reversed(list(enumerate(heads))):
+        plan_index = F.when(text.startswith(head), F.lit(index)).otherwise(plan_index)
+    located = records.select("*", plan_index.alias("_plan"))
+    located = located.select(
         "*",
-        prefix.alias("_prefix"),
-        plan_index.alias("_plan"),
+        N.per_plan(F.col("_plan"), [F.lit(len(head.encode())) for head in heads], F.lit(0)).alias("_prefix"),
         N.text_of(F.col("key")).alias("_key_text"),
         *N.tombstone_columns(),
     )
@@ -431,6 +430,8 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[Schema
         & payload.isNotNull()
         & payload[N.CORRUPT_FIELD].isNull()
         & N.one_object(F.col("_payload_text"))
+        # a second `"payload"` member (JSON's last one wins in Python, the first in Spark's reader) or text after it
+        & ~F.col("_payload_text").contains(PAYLOAD_SEPARATOR)
         & N.plain_escapes(F.col("_payload_text"))
         & numbers_read_back
         & op.isNotNull()
