@@ -460,7 +460,7 @@ def _pairs_in_one_pass(tagged: DataFrame, epoch: DataFrame, events_count: int) -
                 F.col("_epoch_no").isNull() & (F.col("_order") >= F.col("_first")) & (F.col("_order") < F.col("_last"))
             ).alias("_changed_in_window"),
         )
-        .repartition(max(_default_partitions(tagged), -(-events_count // ROWS_PER_SORT_PARTITION)), *_SORT_KEY)
+        .repartition(_sort_partitions(tagged, events_count), *_SORT_KEY)
     )
     by_order = Window.partitionBy(*_SORT_KEY).orderBy("_order")
     whole_key = by_order.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
@@ -486,7 +486,7 @@ def _pairs_in_one_pass(tagged: DataFrame, epoch: DataFrame, events_count: int) -
     return pairs.join(epoch.select("table_id", "_e", *_EPOCH_FIELDS), "table_id")
 
 
-def _pairs_of_reads_and_state(reads: DataFrame, state: DataFrame, epoch: DataFrame, events_count: int) -> DataFrame:
+def _pairs_of_reads_and_state(reads: DataFrame, state: DataFrame, epoch: DataFrame) -> DataFrame:
     """Snapshot/incremental pairs of tables whose run holds nothing but the reads of one epoch (no change, no
     truncate), against the state the run built on: a resync, or a nightly snapshot checked against the tables.
 
@@ -495,17 +495,14 @@ def _pairs_of_reads_and_state(reads: DataFrame, state: DataFrame, epoch: DataFra
     event before the epoch's last read, whether an event lies in the epoch's window -- is a full join of the reads
     with the state rows on the key: the images go through one join instead of a sort and window functions over
     every event (5M reads against 5M state rows, into Spark's noop sink: 15.6 s against 24 s). ``state``: the
-    history's events of these tables; ``events_count``: how many events these tables have (it sizes the join).
+    history's events of these tables.
     """
-    partitions = max(_default_partitions(reads), -(-events_count // ROWS_PER_SORT_PARTITION))
     on = list(_SORT_KEY)
     read_rows = reads.filter(F.col("key").isNotNull()).select(*on, *_EVENT_FIELDS, F.lit(True).alias("_read"))
     state_rows = state.filter(F.col("key").isNotNull()).select(*on, F.struct(*_EVENT_FIELDS).alias("_state"))
-    joined = (
-        read_rows.repartition(partitions, *on)
-        .join(state_rows.repartition(partitions, *on), on, "full")
-        .join(epoch.select("table_id", "_first", "_last"), "table_id")
-    )
+    # The join's own shuffle, which adaptive execution sizes by bytes. (Both sides repartitioned to a number first:
+    # Spark 4.2 planned them with its 200 shuffle partitions whatever the number, 200 tasks each writing a diff file.)
+    joined = read_rows.join(state_rows, on, "full").join(epoch.select("table_id", "_first", "_last"), "table_id")
     read = F.coalesce(F.col("_read"), F.lit(False))
     state_order = F.col("_state._order")
     # A read's incremental value is the state row when that came before the read; an unread key is compared as of
@@ -522,8 +519,11 @@ def _pairs_of_reads_and_state(reads: DataFrame, state: DataFrame, epoch: DataFra
     return pairs.join(epoch.select("table_id", "_e", *_EPOCH_FIELDS), "table_id")
 
 
-def _default_partitions(df: DataFrame) -> int:
-    return int(df.sparkSession.conf.get("spark.sql.shuffle.partitions"))
+def _sort_partitions(df: DataFrame, events_count: int) -> int:
+    """Partitions of the one-pass sort by key over ``events_count`` events: ROWS_PER_SORT_PARTITION each, and at
+    least one per core. (Not Spark's 200 shuffle partitions: a repartition to a number is never coalesced, and a small
+    run's sort would be 200 tasks of a few rows.)"""
+    return max(df.sparkSession.sparkContext.defaultParallelism, -(-events_count // ROWS_PER_SORT_PARTITION))
 
 
 def _pairs_by_scope(tagged: DataFrame, epoch: DataFrame, partial_images: bool) -> DataFrame:
@@ -683,7 +683,7 @@ def _reconcile_epochs(
     if paths.joined:
         of_tables = F.col("table_id").isin(paths.joined)
         reads, state = tagged.filter(of_tables), history_events.filter(of_tables)
-        parts.append(_pairs_of_reads_and_state(reads, state, epochs_of(paths.joined), events_of(paths.joined)))
+        parts.append(_pairs_of_reads_and_state(reads, state, epochs_of(paths.joined)))
     if paths.one_pass:
         parts.append(_pairs_in_one_pass(every_event, epochs_of(paths.one_pass), events_of(paths.one_pass)))
     if paths.by_scope:
