@@ -351,23 +351,6 @@ def test_two_pass_write_equals_decode(spark, tmp_path):
     assert _rows(written) == _rows(canal_json.decode(frame, pipeline))
 
 
-@pytest.mark.parametrize(
-    "reader, records, native",
-    [
-        (None, None, False),  # auto, size unknown (``decode`` outside a run): Python
-        (None, canal_json.NATIVE_MIN_RECORDS - 1, False),
-        (None, canal_json.NATIVE_MIN_RECORDS, True),
-        ("auto", canal_json.NATIVE_MIN_RECORDS, True),
-        ("spark", 1, True),
-        ("python", 10**9, False),
-    ],
-)
-def test_the_reader_option_and_the_run_size_choose_the_path(reader, records, native):
-    options = {} if reader is None else {"reader": reader}
-    pipeline = PipelineConfig(name="p", format="canal-json", archive={"path": "unused"}, options=options)
-    assert canal_json.reads_natively(pipeline, records) is native
-
-
 def test_the_table_pass_is_bounded_and_samples(spark, tmp_path):
     history = simulate(seed=5, events=800, days=1)
     frame = _frame(spark, [(r.key, r.value) for r in encode("canal-json", history, tmp_path)])

@@ -20,7 +20,7 @@ from archive_helpers import records_from_lines
 from pyspark.sql import functions as F
 
 from cdcreplay.config import PipelineConfig
-from cdcreplay.formats import debezium_json, debezium_native
+from cdcreplay.formats import canal_json, debezium_json, debezium_native
 from cdcreplay.formats import native_json as N
 from cdcreplay.formats.common import DECODED_COLUMNS
 from cdcreplay.simulator import simulate
@@ -278,22 +278,24 @@ def test_two_pass_write_equals_decode(spark, tmp_path):
     assert _rows(written) == _rows(debezium_json.decode(frame, pipeline))
 
 
-@pytest.mark.parametrize(
-    "reader, records, native",
-    [
-        (None, None, False),  # auto, size unknown (``decode`` outside a run): Python
-        (None, debezium_json.NATIVE_MIN_RECORDS - 1, False),
-        (None, debezium_json.NATIVE_MIN_RECORDS, True),
-        ("auto", debezium_json.NATIVE_MIN_RECORDS, True),
-        ("spark", 1, True),
-        ("spark", None, True),
-        ("python", 10**9, False),
-    ],
-)
-def test_the_reader_option_and_the_run_size_choose_the_path(reader, records, native):
+READER_CASES = [  # (options.reader, the run's records as a share of NATIVE_MIN_RECORDS, decoded natively)
+    (None, None, False),  # auto, size unknown (``decode`` outside a run): Python
+    (None, "below", False),
+    (None, "at", True),
+    ("auto", "at", True),
+    ("spark", 1, True),
+    ("spark", None, True),
+    ("python", 10**9, False),
+]
+
+
+@pytest.mark.parametrize("module", [debezium_json, canal_json], ids=lambda module: module.FORMAT_ID)
+@pytest.mark.parametrize("reader, records, native", READER_CASES)
+def test_the_reader_option_and_the_run_size_choose_the_path(module, reader, records, native):
+    records = {"below": module.NATIVE_MIN_RECORDS - 1, "at": module.NATIVE_MIN_RECORDS}.get(records, records)
     options = {} if reader is None else {"reader": reader}
-    pipeline = PipelineConfig(name="p", format="debezium-json", archive={"path": "unused"}, options=options)
-    assert debezium_json.reads_natively(pipeline, records) is native
+    pipeline = PipelineConfig(name="p", format=module.FORMAT_ID, archive={"path": "unused"}, options=options)
+    assert module.reads_natively(pipeline, records) is native
 
 
 def test_the_schema_pass_samples_a_large_input_and_finds_nothing_it_cannot_vouch_for(spark, tmp_path):

@@ -4,16 +4,16 @@ Each message is parsed once into its envelope, with the row images `data` and `o
 ``map<string,string>``: Canal and DTS write every value as a JSON string (or null), which a string map holds exactly.
 A number token where a string is expected is read by Spark through a double when it has a fraction or an exponent
 (``1.50`` -> ``1.5``) while the Python decoder keeps its text: a record holding a number token anywhere but in
-es, id, ts and sqlType is left to Python (counted by substring search, without a regular expression over the
-message, which needs the compact JSON Canal and DTS write: other layouts go to Python too).
+es, id, ts and sqlType is left to Python (its members are counted by what their value starts with, which needs the
+compact JSON Canal and DTS write: other layouts go to Python too).
 
 The tables of the input are sampled first (a light parse of a sample of the records, on the driver: database, table,
 ``mysqlType`` and ``pkNames``), and each becomes a :class:`TablePlan`: its columns, their Spark types, its key columns
 and the native check of each type, which accepts a subset of what ``value_checks`` accepts. A record is of a plan when
 its database, table, ``mysqlType`` (names, types and their order) and ``pkNames`` equal the plan's. The values of the
-plan's typed columns are read a second time, column by column across all rows of the message (a struct per row), so
-that each type's check is one expression per column for the whole message: a message is decoded natively as a whole
-or not at all, never row by row.
+plan's typed and key columns are read a second time (a struct per row) and joined, across all rows of the message,
+into one text per image that one regular expression of the plan checks: a message is decoded natively as a whole or
+not at all, never row by row.
 
 The native path decodes INSERT, UPDATE, DELETE and INIT messages of the open-source layout (option
 ``legacy_swapped`` false or unset: `data` holds the rows, an UPDATE's before image is ``data[i]`` overlaid with
@@ -320,11 +320,11 @@ def _number_members(text: Column) -> Column:
 
 
 def _numbers_as_written(text: Column, message: Column) -> Column:
-    """No number token is read where the Python decoder reads text, without a regular expression over the message:
-    in compact JSON (no closing quote followed by blank space) every member's value follows `":` directly, and the only
-    members holding a number are es, id, ts and those of sqlType (which neither path reads; without an escape, its
-    text as Spark renders it counts its members as the message does). An integer token would read the same on both
-    paths, but any number elsewhere is left to Python: far rarer than the regular expression's cost."""
+    """No number token is read where the Python decoder reads text, without reading each token's digits
+    (``native_json.plain_numbers``): in compact JSON (no closing quote followed by blank space) every member's value
+    follows `":` directly, and the only members holding a number are es, id, ts and those of sqlType (which neither
+    path reads; without an escape, its text as Spark renders it counts its members as the message does). An integer
+    token would read the same on both paths, but any number elsewhere is left to Python: rare enough."""
     # One search for the four blanks: a substring search per blank stops at every quote of the text.
     compact = ~text.rlike(QUOTE_BLANK)
     sql_type = message["sqlType"]
