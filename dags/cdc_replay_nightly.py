@@ -52,7 +52,11 @@ SPARK_ENV = {
 # executors' image has cdcreplay installed.
 PY_FILES = os.environ.get("CDCREPLAY_PY_FILES") or None
 # Sized for a 2-core, few-GiB machine; spark-submit ignores the executor settings under local[*].
+# The JVMs run the throughput garbage collector, as cdcreplay.spark.JVM_OPTIONS says why (tests hold the two equal).
+JVM_OPTIONS = "-XX:+UseParallelGC"
 SPARK_CONF = {
+    "spark.driver.extraJavaOptions": JVM_OPTIONS,
+    "spark.executor.extraJavaOptions": JVM_OPTIONS,
     "spark.sql.shuffle.partitions": "4",
     "spark.sql.session.timeZone": "UTC",
     "spark.ui.showConsoleProgress": "false",

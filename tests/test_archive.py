@@ -184,3 +184,10 @@ def test_a_session_cuts_scans_into_four_splits_per_core_unless_it_sets_its_own_m
     with session_settings(spark, {MIN_SPLITS: "3"}):
         spread_file_splits(spark)
         assert spark.conf.get(MIN_SPLITS) == "3"
+
+
+def test_a_local_session_runs_the_throughput_garbage_collector(spark):
+    # JVM_OPTIONS reach the driver this package starts (the tests' session is one): Parallel GC's collectors are
+    # "PS Scavenge" and "PS MarkSweep"; G1, the JVM's default, would name "G1 Young Generation".
+    beans = spark._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
+    assert sorted(bean.getName() for bean in beans) == ["PS MarkSweep", "PS Scavenge"]

@@ -170,6 +170,14 @@ def test_spark_tasks_submit_the_jobs_with_the_rendered_run_spec(nightly, task_id
     assert task.render_template(task.application_args, {"ti": FakeTaskInstance()}) == ["--run-spec", spec]
 
 
+def test_spark_tasks_run_the_jvms_with_the_collector_the_local_sessions_use(nightly):
+    from cdcreplay.spark import JVM_OPTIONS
+
+    for task_id in ("replay", "reconcile"):
+        conf = nightly.get_task(task_id).conf
+        assert conf["spark.driver.extraJavaOptions"] == conf["spark.executor.extraJavaOptions"] == JVM_OPTIONS
+
+
 # --- the Params form's JSON schema -------------------------------------------------------------------------------
 
 GOOD_VALUES = [
