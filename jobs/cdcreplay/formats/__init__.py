@@ -43,7 +43,7 @@ REGISTRY: dict[str, FormatSpec] = {
                 "choice",
                 "auto (default), spark or python: spark has Spark's JSON reader decode the row changes it can "
                 "render exactly and Python the rest, python decodes every record in Python, auto is spark for a run "
-                "of at least 50,000 records and python below (the same rows either way)",
+                "of at least 500,000 records and python below (the same rows either way)",
                 ("auto", "python", "spark"),
             ),
         },

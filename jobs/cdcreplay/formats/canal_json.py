@@ -29,6 +29,7 @@ from pyspark.sql import DataFrame
 
 from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
+from cdcreplay.formats import native_json
 from cdcreplay.formats.native_json import decode_by_reader, reader_chooses_native
 from cdcreplay.formats.python_rows import (
     DecodeError,
@@ -271,9 +272,8 @@ def decode_in_python(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
     return decode_with_python(records, partial(decode_record, layout_of(pipeline), keys), pipeline)
 
 
-# Below this many records the native path's fixed cost (a table pass, generating and compiling its projection, a
-# second write for the records left to Python) outweighs what it saves, as for debezium-json.
-NATIVE_MIN_RECORDS: int | None = 50_000
+# Smaller runs are decoded in Python unless the reader is `spark` (see native_json.NATIVE_MIN_RECORDS).
+NATIVE_MIN_RECORDS: int | None = native_json.NATIVE_MIN_RECORDS
 
 
 def reads_natively(pipeline: PipelineConfig, record_count: int | None = None) -> bool:

@@ -21,6 +21,7 @@ from pyspark.sql import DataFrame
 
 from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
+from cdcreplay.formats import native_json
 from cdcreplay.formats.debezium_events import SchemaInfo, event_entries, schema_info
 from cdcreplay.formats.debezium_native import FORMAT_ID as FORMAT_ID
 from cdcreplay.formats.debezium_native import SCHEMA_SAMPLE, native_rows, schema_plans
@@ -103,10 +104,8 @@ def decode_in_python(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
     return decode_with_python(records, decode_record, pipeline)
 
 
-# Below this many records the native path's fixed cost (a schema pass, generating and compiling its projection, a
-# second write for the records left to Python: about 2 s) outweighs what it saves (measured: a 1,147-record run
-# decoded in 4.0 s natively, 2.0 s in Python). The Python decoder takes smaller runs unless the reader is `spark`.
-NATIVE_MIN_RECORDS = 50_000
+# Smaller runs are decoded in Python unless the reader is `spark` (see native_json.NATIVE_MIN_RECORDS).
+NATIVE_MIN_RECORDS = native_json.NATIVE_MIN_RECORDS
 
 
 def reads_natively(pipeline: PipelineConfig, record_count: int | None = None) -> bool:

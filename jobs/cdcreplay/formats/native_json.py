@@ -157,6 +157,14 @@ def with_python_fallback(native: DataFrame, records: DataFrame, python_decode) -
     return decoded.unionByName(python_decode(flagged_records(native, records)))
 
 
+# `reader: auto` decodes natively from this many records on. Below it the native path's fixed cost outweighs what it
+# saves: a pass to find the table versions, generating and compiling its large projection (the JVM's optimizing
+# compiler then takes a core from the tasks for tens of seconds), a second pass for the records left to Python.
+# Measured in fresh JVMs on 2 cores (docs/benchmarks.md, 2026-11-26): Python faster by 5-6 s at 344,222 Debezium
+# and 218,483 Canal records, native faster by ~50 s and ~20 s at 2.3M and 1.46M; both cross near 500,000.
+NATIVE_MIN_RECORDS = 500_000
+
+
 def reader_chooses_native(pipeline, record_count: int | None, native_min_records: int | None) -> bool:
     """``options.reader``: ``spark`` always decodes natively (the Python decoder takes what the native path flags),
     ``python`` never, ``auto`` (the default) for a run of at least ``native_min_records`` records (None: never yet;
