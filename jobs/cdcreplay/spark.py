@@ -26,8 +26,8 @@ SAFE_DEFAULTS = {
 # the DAG's spark-submit runs (dags/cdc_replay_nightly.py says the same for driver and executors): the throughput
 # collector. Decoding allocates short-lived strings at a high rate; G1, the JVM's default, spends CPU beside the
 # tasks (concurrent marking and refinement, costlier write barriers) that a small machine does not have to spare.
-# The 2M-event Debezium replay on 2 cores: 162 -> 135 s (docs/benchmarks.md). A session whose configuration names
-# its own driver options keeps them (two collectors in one command line stop the JVM).
+# The 2M-event Debezium replay on 2 cores: 162 -> 135 s (docs/benchmarks.md). Driver options a caller names (in
+# ``extra`` or PYSPARK_SUBMIT_ARGS) replace these: two collectors on one command line stop the JVM.
 JVM_OPTIONS = "-XX:+UseParallelGC"
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
