@@ -278,7 +278,7 @@ def test_two_pass_write_equals_decode(spark, tmp_path):
     assert _rows(written) == _rows(debezium_json.decode(frame, pipeline))
 
 
-READER_CASES = [  # (options.reader, the run's records as a share of NATIVE_MIN_RECORDS, decoded natively)
+READER_CASES = [  # (options.reader, the run's records (or where they stand to N.NATIVE_MIN_RECORDS), decoded natively)
     (None, None, False),  # auto, size unknown (``decode`` outside a run): Python
     (None, "below", False),
     (None, "at", True),
@@ -292,7 +292,7 @@ READER_CASES = [  # (options.reader, the run's records as a share of NATIVE_MIN_
 @pytest.mark.parametrize("module", [debezium_json, canal_json], ids=lambda module: module.FORMAT_ID)
 @pytest.mark.parametrize("reader, records, native", READER_CASES)
 def test_the_reader_option_and_the_run_size_choose_the_path(module, reader, records, native):
-    records = {"below": module.NATIVE_MIN_RECORDS - 1, "at": module.NATIVE_MIN_RECORDS}.get(records, records)
+    records = {"below": N.NATIVE_MIN_RECORDS - 1, "at": N.NATIVE_MIN_RECORDS}.get(records, records)
     options = {} if reader is None else {"reader": reader}
     pipeline = PipelineConfig(name="p", format=module.FORMAT_ID, archive={"path": "unused"}, options=options)
     assert module.reads_natively(pipeline, records) is native

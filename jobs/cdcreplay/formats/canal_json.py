@@ -29,7 +29,6 @@ from pyspark.sql import DataFrame
 
 from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
-from cdcreplay.formats import native_json
 from cdcreplay.formats.native_json import decode_by_reader, reader_chooses_native
 from cdcreplay.formats.python_rows import (
     DecodeError,
@@ -272,14 +271,10 @@ def decode_in_python(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
     return decode_with_python(records, partial(decode_record, layout_of(pipeline), keys), pipeline)
 
 
-# Smaller runs are decoded in Python unless the reader is `spark` (see native_json.NATIVE_MIN_RECORDS).
-NATIVE_MIN_RECORDS: int | None = native_json.NATIVE_MIN_RECORDS
-
-
 def reads_natively(pipeline: PipelineConfig, record_count: int | None = None) -> bool:
     """Whether Spark's JSON reader decodes what ``canal_native`` vouches for, the Python decoder the rest
     (``native_json.reader_chooses_native``)."""
-    return reader_chooses_native(pipeline, record_count, NATIVE_MIN_RECORDS)
+    return reader_chooses_native(pipeline, record_count)
 
 
 def decode_natively(records: DataFrame, pipeline: PipelineConfig, record_count: int | None = None) -> DataFrame | None:

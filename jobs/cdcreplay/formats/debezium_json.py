@@ -21,7 +21,6 @@ from pyspark.sql import DataFrame
 
 from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
-from cdcreplay.formats import native_json
 from cdcreplay.formats.debezium_events import SchemaInfo, event_entries, schema_info
 from cdcreplay.formats.debezium_native import FORMAT_ID as FORMAT_ID
 from cdcreplay.formats.debezium_native import SCHEMA_SAMPLE, native_rows, schema_plans
@@ -104,14 +103,10 @@ def decode_in_python(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
     return decode_with_python(records, decode_record, pipeline)
 
 
-# Smaller runs are decoded in Python unless the reader is `spark` (see native_json.NATIVE_MIN_RECORDS).
-NATIVE_MIN_RECORDS = native_json.NATIVE_MIN_RECORDS
-
-
 def reads_natively(pipeline: PipelineConfig, record_count: int | None = None) -> bool:
     """Whether Spark's JSON reader decodes what ``debezium_native`` vouches for, the Python decoder the rest
     (``native_json.reader_chooses_native``)."""
-    return reader_chooses_native(pipeline, record_count, NATIVE_MIN_RECORDS)
+    return reader_chooses_native(pipeline, record_count)
 
 
 def decode_natively(records: DataFrame, pipeline: PipelineConfig, record_count: int | None = None) -> DataFrame | None:

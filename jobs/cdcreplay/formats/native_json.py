@@ -165,13 +165,13 @@ def with_python_fallback(native: DataFrame, records: DataFrame, python_decode) -
 NATIVE_MIN_RECORDS = 500_000
 
 
-def reader_chooses_native(pipeline, record_count: int | None, native_min_records: int | None) -> bool:
+def reader_chooses_native(pipeline, record_count: int | None) -> bool:
     """``options.reader``: ``spark`` always decodes natively (the Python decoder takes what the native path flags),
-    ``python`` never, ``auto`` (the default) for a run of at least ``native_min_records`` records (None: never yet;
-    an unknown count reads in Python)."""
+    ``python`` never, ``auto`` (the default) for a run of at least ``NATIVE_MIN_RECORDS`` records (an unknown count
+    reads in Python)."""
     reader = pipeline.options.get("reader", "auto")
     if reader == "auto":
-        return native_min_records is not None and record_count is not None and record_count >= native_min_records
+        return record_count is not None and record_count >= NATIVE_MIN_RECORDS
     return reader == "spark"
 
 
