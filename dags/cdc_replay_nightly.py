@@ -61,6 +61,12 @@ SPARK_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.ui.showConsoleProgress": "false",
 }
+# Spark's optional module the jobs use (spark-avro: from_avro), as cdcreplay.jars pins it and set-up fetches it
+# (scripts/setup.sh; the Airflow image), in CDCREPLAY_JARS_DIR as there (tests/test_dags.py holds the two equal):
+# spark-submit's --jars puts it on the driver's and the executors' classpath. Without it the jobs still run
+# (Debezium Avro then decodes in Python).
+SPARK_AVRO_JAR = Path(os.environ.get("CDCREPLAY_JARS_DIR") or REPO / ".venv" / "jars") / "spark-avro_2.13-4.2.0.jar"
+SPARK_JARS = str(SPARK_AVRO_JAR) if SPARK_AVRO_JAR.is_file() else None
 RUN_SPEC_ARG = "{{ ti.xcom_pull(task_ids='validate_run') }}"
 
 PARAMS = {
@@ -176,6 +182,7 @@ def spark_job(task_id: str, application: str, operator=SparkSubmitOperator, **op
         total_executor_cores=2,
         env_vars=SPARK_ENV,
         py_files=PY_FILES,
+        jars=SPARK_JARS,
         **options,
     )
 

@@ -16,9 +16,19 @@ if ! java -version >/dev/null 2>&1; then
   exit 2
 fi
 
+# The pinned Spark jars (jobs/cdcreplay/jars.py) from Maven Central into .venv/jars; a jar in place with its checksum
+# is not fetched again.
+fetch_jars() {
+  if ! .venv/bin/python -m cdcreplay.jars >/dev/null; then
+    echo "setup: could not fetch the pinned jars from Maven Central (above); Debezium Avro would decode in Python" >&2
+    exit 1
+  fi
+}
+
 stamp=".venv/.cdcreplay-installed"
 wanted="$(cat requirements.txt requirements-dev.txt pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)"
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$wanted" && -x .venv/bin/airflow ]]; then
+  fetch_jars
   exit 0
 fi
 
@@ -31,5 +41,6 @@ echo "setup: installing pinned dependencies into .venv (about a minute) ..."
 # Write the .pyc files now: where PYTHONDONTWRITEBYTECODE is set (the CI machines here), Python would otherwise compile
 # Airflow, GX and their dependencies from source in every process (importing GX: 15 s -> 8 s).
 .venv/bin/python -m compileall -qq -j 0 "$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")" >/dev/null || true
+fetch_jars
 echo "$wanted" > "$stamp"
 echo "setup: done ($(.venv/bin/python -c 'import pyspark, airflow; print("pyspark", pyspark.__version__, "airflow", airflow.__version__)'))"

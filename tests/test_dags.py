@@ -178,6 +178,13 @@ def test_spark_tasks_run_the_jvms_with_the_collector_the_local_sessions_use(nigh
         assert conf["spark.driver.extraJavaOptions"] == conf["spark.executor.extraJavaOptions"] == JVM_OPTIONS
 
 
+def test_spark_tasks_submit_the_pinned_jars_set_up_fetched(nightly):
+    from cdcreplay.jars import SPARK_AVRO, jar_path
+
+    for task_id in ("replay", "reconcile"):
+        assert nightly.get_task(task_id).jars == str(jar_path(SPARK_AVRO))
+
+
 # --- the Params form's JSON schema -------------------------------------------------------------------------------
 
 GOOD_VALUES = [

@@ -17,20 +17,17 @@ from pathlib import Path
 
 import pytest
 from archive_helpers import records_from_lines
+from native_helpers import native_flags, records_frame, rows_by_coordinates
 from pyspark.sql import functions as F
 
 from cdcreplay.config import PipelineConfig
-from cdcreplay.formats import canal_json, debezium_json, debezium_native
+from cdcreplay.formats import canal_json, debezium_avro, debezium_json, debezium_native
 from cdcreplay.formats import native_json as N
 from cdcreplay.formats.common import DECODED_COLUMNS
 from cdcreplay.simulator import simulate
 from cdcreplay.simulator.encoders import encode
 
 CONFORMANCE = Path(__file__).parent / "data" / "conformance"
-RECORD_DDL = (
-    "topic string, partition int, offset bigint, timestamp timestamp, key binary, value binary, "
-    "headers array<struct<key:string,value:binary>>"
-)
 
 
 def _pipeline(tables: dict | None = None) -> PipelineConfig:
@@ -43,40 +40,17 @@ def _pipeline(tables: dict | None = None) -> PipelineConfig:
     )
 
 
-def _frame(spark, records: list[tuple]):
-    """(key, value, headers) triples -> archive records at offsets 0.."""
-    rows = [("t", 0, offset, None, key, value, headers) for offset, (key, value, headers) in enumerate(records)]
-    return spark.createDataFrame(rows, RECORD_DDL)
-
-
-def _rows(frame) -> dict:
-    return {(r.topic, r.partition, r.offset, r.row_index, r.record_kind): r.asDict() for r in frame.collect()}
-
-
 def _compare(spark, records, pipeline=None) -> tuple[int, int]:
-    """Native rows equal the Python decoder's for the records the native path takes; ``decode`` equals the Python
-    decoder on every record. Returns (records taken natively, records flagged)."""
-    pipeline = pipeline or _pipeline()
-    native = debezium_json.decode_natively(records, pipeline).cache()
-    taken = native.where(F.col(N.NATIVE_FLAG)).select(*DECODED_COLUMNS)
-    reference = _rows(debezium_json.decode_in_python(records, pipeline))
-    differences = {
-        key: {f: (row[f], reference.get(key, {}).get(f)) for f in row if row[f] != reference.get(key, {}).get(f)}
-        for key, row in _rows(taken).items()
-        if row != reference.get(key)
-    }
-    assert not differences, f"native rows differ from the Python decoder's: {list(differences.items())[:3]}"
-    assert _rows(debezium_json.decode(records, pipeline)) == reference
-    counts = {row[0]: row[1] for row in native.groupBy(N.NATIVE_FLAG).count().collect()}
-    native.unpersist()
-    return counts.get(True, 0), counts.get(False, 0)
+    """``native_helpers.native_flags`` of debezium-json: (records taken natively, records flagged)."""
+    flags = native_flags(debezium_json, records, pipeline or _pipeline())
+    return sum(flags), len(flags) - sum(flags)
 
 
 @pytest.mark.parametrize("seed", [3, 11])
 def test_simulated_history_is_decoded_natively_as_in_python(spark, tmp_path, seed):
     history = simulate(seed=seed, events=1500, days=2)
     records = [(r.key, r.value, list(r.headers)) for r in encode("debezium-json", history, tmp_path)]
-    taken, flagged = _compare(spark, _frame(spark, records))
+    taken, flagged = _compare(spark, records_frame(spark, records))
     assert any(not value for _, value, _ in records), "the history holds tombstones"
     assert flagged == 0, "every row change and tombstone of the simulator is taken by the native path"
     assert taken == len(records)
@@ -92,7 +66,7 @@ def test_conformance_corpus_decodes_as_in_python(spark):
         records += [(None, r.value.encode(), []) for r in records_from_lines(CONFORMANCE / name)]
     key = b'{"schema":{"type":"struct","fields":[{"type":"int32","field":"id"}]},"payload":{"id":1}}'
     keyed = [(key, value, headers) for _, value, headers in records]
-    _compare(spark, _frame(spark, records + keyed))
+    _compare(spark, records_frame(spark, records + keyed))
 
 
 def _wrapped(after: dict | str, fields: list[dict], op: str = "c", extra_source: str = "") -> bytes:
@@ -174,7 +148,7 @@ def test_corner_cases_are_taken_only_when_exact(spark):
     # tombstones (null or empty value; with a key, an empty key or none) are control rows on both paths
     records += [(KEY, None, []), (KEY, b"", []), (b"", None, []), (None, None, [("h", b"1")])]
     expected += [True, True, True, True]
-    frame = _frame(spark, records)
+    frame = records_frame(spark, records)
     _compare(spark, frame)
     flags = {r.offset: r[N.NATIVE_FLAG] for r in debezium_json.decode_natively(frame, _pipeline()).collect()}
     assert [flags[i] for i in range(len(records))] == expected
@@ -227,7 +201,7 @@ def test_hostile_edits_never_crash_and_decode_as_in_python(spark, tmp_path):
                 break
         else:
             raise AssertionError(f"no simulated message has {pattern}")
-    frame = _frame(spark, records)
+    frame = records_frame(spark, records)
     _compare(spark, frame)
     flags = {r.offset: r[N.NATIVE_FLAG] for r in debezium_json.decode_natively(frame, _pipeline()).collect()}
     assert [flags[i] for i in range(len(records))] == [native for _, _, native in PAYLOAD_EDITS]
@@ -238,9 +212,9 @@ def test_configured_keys_and_types(spark):
     fields = [ID, {"type": "string", "field": "code"}]
     records = [(KEY, _wrapped({"id": 1, "code": "7"}, fields), [])]
     keyed = _pipeline({"shop.t": {"primary_key": ["code"]}})
-    assert _compare(spark, _frame(spark, records), keyed) == (1, 0)
+    assert _compare(spark, records_frame(spark, records), keyed) == (1, 0)
     typed = _pipeline({"shop.t": {"column_types": {"code": "int"}}})
-    assert _compare(spark, _frame(spark, records), typed) == (0, 1)
+    assert _compare(spark, records_frame(spark, records), typed) == (0, 1)
 
 
 def test_number_tokens_that_pass_the_guard_read_back_as_written(spark):
@@ -264,7 +238,7 @@ def test_two_pass_write_equals_decode(spark, tmp_path):
     history = simulate(seed=5, events=600, days=1)
     records = [(r.key, r.value, list(r.headers)) for r in encode("debezium-json", history, tmp_path)]
     records.append((KEY, b'{"not json', []))
-    frame = _frame(spark, records)
+    frame = records_frame(spark, records)
     pipeline = _pipeline()
     path = str(tmp_path / "decoded")
     N.write_decoded(
@@ -275,10 +249,10 @@ def test_two_pass_write_equals_decode(spark, tmp_path):
     )
     written = spark.read.parquet(path).select(*DECODED_COLUMNS)
     assert not (tmp_path / "decoded" / f"record_kind={N.PENDING}").exists()
-    assert _rows(written) == _rows(debezium_json.decode(frame, pipeline))
+    assert rows_by_coordinates(written) == rows_by_coordinates(debezium_json.decode(frame, pipeline))
 
 
-READER_CASES = [  # (options.reader, the run's records (or where they stand to N.NATIVE_MIN_RECORDS), decoded natively)
+READER_CASES = [  # (options.reader, the run's records (or where they stand to the format's threshold), decoded natively)
     (None, None, False),  # auto, size unknown (``decode`` outside a run): Python
     (None, "below", False),
     (None, "at", True),
@@ -289,10 +263,19 @@ READER_CASES = [  # (options.reader, the run's records (or where they stand to N
 ]
 
 
-@pytest.mark.parametrize("module", [debezium_json, canal_json], ids=lambda module: module.FORMAT_ID)
+# Where `reader: auto` goes native, per format: from_avro's pass pays for itself sooner than the JSON reader's.
+THRESHOLDS = {
+    debezium_json: N.NATIVE_MIN_RECORDS,
+    canal_json: N.NATIVE_MIN_RECORDS,
+    debezium_avro: debezium_avro.AVRO_NATIVE_MIN_RECORDS,
+}
+
+
+@pytest.mark.parametrize("module", THRESHOLDS, ids=lambda module: module.FORMAT_ID)
 @pytest.mark.parametrize("reader, records, native", READER_CASES)
 def test_the_reader_option_and_the_run_size_choose_the_path(module, reader, records, native):
-    records = {"below": N.NATIVE_MIN_RECORDS - 1, "at": N.NATIVE_MIN_RECORDS}.get(records, records)
+    threshold = THRESHOLDS[module]
+    records = {"below": threshold - 1, "at": threshold}.get(records, records)
     options = {} if reader is None else {"reader": reader}
     pipeline = PipelineConfig(name="p", format=module.FORMAT_ID, archive={"path": "unused"}, options=options)
     assert module.reads_natively(pipeline, records) is native
@@ -300,7 +283,9 @@ def test_the_reader_option_and_the_run_size_choose_the_path(module, reader, reco
 
 def test_the_schema_pass_samples_a_large_input_and_finds_nothing_it_cannot_vouch_for(spark, tmp_path):
     history = simulate(seed=5, events=800, days=1)
-    frame = _frame(spark, [(r.key, r.value, list(r.headers)) for r in encode("debezium-json", history, tmp_path)])
+    frame = records_frame(
+        spark, [(r.key, r.value, list(r.headers)) for r in encode("debezium-json", history, tmp_path)]
+    )
     every_schema = {plan.text for plan in debezium_native.schema_plans(frame)}
     sampled = {plan.text for plan in debezium_native.schema_plans(frame, every=7)}
     assert sampled and sampled <= every_schema

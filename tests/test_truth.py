@@ -110,12 +110,15 @@ def test_nightly_incremental_runs_equal_the_truth_and_reruns_change_nothing(spar
     assert_equals_truth(spark, history, tmp)
 
 
-def test_spark_json_reader_replays_debezium_to_the_truth(spark, tmp_path):
-    """debezium-json with ``options.reader: spark``: the job's two-pass decode (native rows, then the flagged records
-    in Python) publishes the true final state, and the flagged records are only those the native path leaves."""
-    history = build_sample_archive(tmp_path / "archive", "debezium-json", events=EVENTS, seed=SEED, layout="parquet")
-    settings = {**history.pipeline_settings, "options": {"reader": "spark"}}
-    config = pipeline_config(tmp_path, "sim", "debezium-json", tmp_path / "archive", settings=settings)
+@pytest.mark.parametrize("fmt", ["debezium-json", "debezium-avro"])
+def test_native_reader_replays_debezium_to_the_truth(spark, tmp_path, fmt):
+    """``options.reader: spark`` (Spark's JSON reader, ``from_avro``): the job's two-pass decode (native rows, then the
+    flagged records in Python) publishes the true final state, and the flagged records are only those the native
+    path leaves."""
+    history = build_sample_archive(tmp_path / "archive", fmt, events=EVENTS, seed=SEED, layout="parquet")
+    options = {**history.pipeline_settings.get("options", {}), "reader": "spark"}
+    settings = {**history.pipeline_settings, "options": options}
+    config = pipeline_config(tmp_path, "sim", fmt, tmp_path / "archive", settings=settings)
     assert replay_main(["--config", str(config), "--run-id", "native", "--full-rebuild"]) == EXIT_OK
     assert_equals_truth(spark, history, tmp_path)
     summary = json.loads((tmp_path / "warehouse" / "sim" / "runs" / "native" / "summary.json").read_text())

@@ -7,6 +7,8 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from cdcreplay.jars import installed_jars
+
 # pyspark 4.2.0 deadlocks when a Python UDF / mapInArrow reads straight from a vectorized Parquet scan
 # (shared/environment.md). Every Python-side decoder sits on that path, so the row-based reader is the default;
 # vectorized_parquet_reads turns the vectorized one on where no Python reads the rows.
@@ -30,6 +32,7 @@ SAFE_DEFAULTS = {
 # ``extra`` or PYSPARK_SUBMIT_ARGS) replace these: two collectors on one command line stop the JVM.
 JVM_OPTIONS = "-XX:+UseParallelGC"
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+JARS = "spark.jars"
 
 
 def build_session(app_name: str = "cdcreplay", master: str | None = None, extra: dict | None = None):
@@ -52,6 +55,12 @@ def build_session(app_name: str = "cdcreplay", master: str | None = None, extra:
     defaults = dict(SAFE_DEFAULTS)
     if master and master.startswith("local") and DRIVER_JAVA_OPTIONS not in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
         defaults[DRIVER_JAVA_OPTIONS] = JVM_OPTIONS  # this process starts the JVM: its options still apply
+    if master:
+        # The pinned optional jars set-up fetched (cdcreplay.jars): this process starts the JVM, so they reach the
+        # driver's classpath. Under spark-submit they come from its --jars (the DAG's `jars`).
+        jars = installed_jars()
+        if jars:
+            defaults[JARS] = ",".join(jars)
     for key, value in {**defaults, **(extra or {})}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()

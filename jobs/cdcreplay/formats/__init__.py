@@ -59,7 +59,7 @@ REGISTRY: dict[str, FormatSpec] = {
                 "choice",
                 "auto (default), spark or python: spark has Spark's JSON reader decode the row changes it can "
                 "render exactly (open-source layout) and Python the rest, python decodes every record in Python, "
-                "auto is python for now (the native pass is not yet faster); the same rows either way",
+                "auto is spark for a run of at least 500,000 records and python below (the same rows either way)",
                 ("auto", "python", "spark"),
             ),
         },
@@ -132,6 +132,13 @@ REGISTRY: dict[str, FormatSpec] = {
             "schema_registry_dir": FormatOption("path", "folder of <schema id>.avsc writer schemas"),
             "schema_registry_export": FormatOption(
                 "path", "schema-registry export file: JSON array or JSON lines of {id, schema}"
+            ),
+            "reader": FormatOption(
+                "choice",
+                "auto (default), spark or python: spark has Spark's from_avro decode the row changes it can render "
+                "exactly (needs spark-avro, which set-up fetches) and Python the rest, python decodes every record "
+                "in Python, auto is spark for a run of at least 100,000 records (the same rows either way)",
+                ("auto", "python", "spark"),
             ),
         },
     ),

@@ -14,6 +14,7 @@ value directly. So op mapping, snapshot markers, positions and type conversion e
 from __future__ import annotations
 
 import json
+import logging
 import struct
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -22,14 +23,23 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame
 
+from cdcreplay import jars
 from cdcreplay import schema as S
 from cdcreplay.config import ConfigError, PipelineConfig
 from cdcreplay.formats.avro_connect import ConnectRenderer
 from cdcreplay.formats.avro_wire import AvroWire
+from cdcreplay.formats.debezium_avro_native import avro_functions_loaded, native_rows, plans_for
 from cdcreplay.formats.debezium_events import SchemaInfo, event_entries, schema_info
+from cdcreplay.formats.native_json import decode_by_reader, reader_chooses_native
 from cdcreplay.formats.python_rows import DecodeError, RawRecord, decode_with_python
 
+log = logging.getLogger(__name__)
+
 FORMAT_ID = "debezium-avro"
+# `reader: auto` decodes natively from this many records on. from_avro pays for its pass sooner than the JSON reader
+# (docs/benchmarks.md, 2026-11-26 on 2 cores, fresh JVMs): native 57-59 s against 70-77 s in Python at 114,825
+# records, 82-87 s against 99-114 s at 344,222; smaller runs were not measured.
+AVRO_NATIVE_MIN_RECORDS = 100_000
 OPTION_REGISTRY_DIR = "schema_registry_dir"
 OPTION_REGISTRY_EXPORT = "schema_registry_export"
 
@@ -120,6 +130,21 @@ class ConfluentSchemas:
             f"or options.{OPTION_REGISTRY_EXPORT} to a registry export that holds it",
         )
 
+    def schema_text(self, schema_id: int) -> str | None:
+        """The writer schema's JSON text for ``schema_id`` as one self-contained schema (the export's, else the
+        folder's ``<id>.avsc``), or None when neither holds it as one: an .avsc that lists named types first is
+        read by the Python decoder only."""
+        if schema_id in self.exported:
+            return self.exported[schema_id]
+        if not self.registry_dir:
+            return None
+        path = Path(self.registry_dir) / f"{schema_id}.avsc"
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return None
+        return None if text.lstrip().startswith("[") else text
+
     def renderer(self, schema) -> ConnectRenderer:
         found = self._renderers.get(id(schema))
         if found is None or found.schema is not schema:
@@ -179,5 +204,31 @@ def decoder(schemas: ConfluentSchemas):
     return decode_record
 
 
-def decode(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
+def decode_in_python(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
+    """Every record through the Python decoder (the reference the native path is held to)."""
     return decode_with_python(records, decoder(schemas_for(pipeline)), pipeline)
+
+
+def reads_natively(pipeline: PipelineConfig, record_count: int | None = None) -> bool:
+    """Whether ``from_avro`` decodes what ``debezium_avro_native`` vouches for, the Python decoder the rest
+    (``options.reader``, as ``native_json.reader_chooses_native`` reads it)."""
+    return reader_chooses_native(pipeline, record_count, AVRO_NATIVE_MIN_RECORDS)
+
+
+def decode_natively(records: DataFrame, pipeline: PipelineConfig, record_count: int | None = None) -> DataFrame | None:
+    """Every record with its native decoding and the ``native`` flag, or None when the session has no spark-avro or
+    no schema of the input has a native plan (then every record is decoded in Python)."""
+    if not avro_functions_loaded(records.sparkSession):
+        log.warning(
+            "pipeline %s: spark-avro is not on this Spark session's classpath (%s); decoding in Python. "
+            "scripts/setup.sh fetches it; spark-submit needs it in --jars",
+            pipeline.name,
+            jars.SPARK_AVRO.file_name,
+        )
+        return None
+    plans, keys = plans_for(records, schemas_for(pipeline))
+    return native_rows(records, pipeline, plans, keys) if plans and keys else None
+
+
+def decode(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
+    return decode_by_reader(records, pipeline, reads_natively, decode_natively, decode_in_python)

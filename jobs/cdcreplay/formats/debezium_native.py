@@ -15,6 +15,9 @@ that pass their checks, keyed by a JSON Kafka key (key-change headers are kept a
 (``native_json.with_tombstones``). Everything else -- transaction and schema-change messages, op m and t, MongoDB,
 SQL Server, TOAST placeholders, bad values, a table with configured column types -- goes through the Python decoder
 (``debezium_json.decode_record``) unchanged.
+
+The envelope half (``change_rows``: op, position, event time, key, provenance, the verdict) and the value conversions
+serve the Avro wire too (``debezium_avro_native``), which hands over the same payload fields as texts.
 """
 
 from __future__ import annotations
@@ -63,8 +66,15 @@ MAX_KEY_COLUMNS = 4
 # The schema pass samples an input larger than this many records down to about this many (see schema_plans).
 SCHEMA_SAMPLE = 100_000
 NATIVE_OPS = ("c", "u", "d", "r")  # t (truncate) and m (message) are left to Python
+# The source block's fields the envelope reads, as texts (an absent field reads as null): a struct, whose fields are
+# found by position, where a map of every field the connector writes was searched by name at each of ~18 reads.
+SOURCE_FIELDS = (
+    "connector", "db", "schema", "table", "file", "pos", "row", "lsn", "scn", "commit_scn", "commit_lsn", "ord",
+    "collection", "snapshot", "ts_ms",
+)  # fmt: skip
+SOURCE_DDL = "struct<" + ", ".join(f"`{name}`: string" for name in SOURCE_FIELDS) + ">"
 PAYLOAD_DDL = (
-    "op string, ts_ms string, before map<string,string>, after map<string,string>, source map<string,string>, "
+    f"op string, ts_ms string, before map<string,string>, after map<string,string>, source {SOURCE_DDL}, "
     "transaction map<string,string>, message map<string,string>, updateDescription map<string,string>, patch string"
 )
 # Canonical text each Spark type's check accepts natively: a subset of what ``value_checks`` accepts, so a value
@@ -196,36 +206,53 @@ def schema_plans(records: DataFrame, every: int = 1) -> list[SchemaPlan]:
 # --- values ----------------------------------------------------------------------------------------------------------
 
 
-def _decimal(raw: Column, precision: int, scale: int) -> tuple[Column, Column]:
-    """Connect Decimal: base64 of the big-endian two's-complement unscaled integer (1 to 8 bytes) -> (exact text,
-    whether the native path vouches for it). The bytes' hex digits, sign-extended to 16, read as a signed 64-bit
+def decimal_of_hex(hexed: Column, precision: int, scale: int) -> tuple[Column, Column]:
+    """Connect Decimal from the hex digits of its big-endian two's-complement unscaled integer (1 to 8 bytes) ->
+    (exact text, whether the native path vouches for it). The digits, sign-extended to 16, read as a signed 64-bit
     integer (``conv`` to base -10); times 10^-scale it is exact in a decimal of that scale, whose text has exactly
-    ``scale`` digits after the point, as the Python decoder writes it. Each reference to the bytes decodes them again
-    (no common subexpression is shared inside the per-plan CASE), so the expression refers to them as little as it
-    can."""
-    hexed = F.hex(F.try_to_binary(raw, F.lit("base64")))
+    ``scale`` digits after the point, as the Python decoder writes it. Longer values are left to Python."""
     sign = F.when(hexed >= F.lit("8"), F.lit("F")).otherwise(F.lit("0"))
     unscaled = F.conv(F.lpad(hexed, 16, sign), 16, -10).try_cast("decimal(20,0)")
     scaled = unscaled * F.lit(Decimal(1).scaleb(-scale)) if scale > 0 else unscaled
     fits = F.abs(unscaled) < F.lit(Decimal(10) ** min(precision, 20))  # 8 bytes never reach 10^20
-    ok = raw.rlike(_BASE64) & (F.length(raw) >= 4) & (F.length(hexed) <= 16) & fits  # longer: left to Python
-    return scaled.cast("string"), ok
+    return scaled.cast("string"), F.length(hexed).between(2, 16) & fits
+
+
+def _decimal(raw: Column, precision: int, scale: int) -> tuple[Column, Column]:
+    """Connect Decimal on the JSON wire: base64 of the unscaled integer (``decimal_of_hex``). Each reference to the
+    bytes decodes them again (no common subexpression is shared inside the per-plan CASE), so the expression refers
+    to them as little as it can."""
+    text, ok = decimal_of_hex(F.hex(F.try_to_binary(raw, F.lit("base64"))), precision, scale)
+    return text, raw.rlike(_BASE64) & (F.length(raw) >= 4) & ok
+
+
+def date_of_days(days: Column) -> tuple[Column, Column]:
+    """Connect/Debezium Date: days since 1970-01-01 -> (yyyy-MM-dd, whether Spark's date range holds it)."""
+    ok = days.between(MIN_DAYS, MAX_DAYS)
+    return F.when(ok, F.date_add(F.lit("1970-01-01").cast("date"), days).cast("string")), ok
+
+
+def timestamp_of_micros(micros: Column) -> tuple[Column, Column]:
+    """Microseconds since the epoch -> (the Python decoder's timestamp text, whether Spark's range holds it)."""
+    ok = micros.between(MIN_MICROS, MAX_MICROS)
+    return F.when(ok, F.date_format(F.timestamp_micros(micros), "yyyy-MM-dd HH:mm:ss.SSSSSS")), ok
+
+
+def native_decimal(field: Field) -> tuple[int, int]:
+    """(precision, scale) of a Connect Decimal field (``_native_field`` vouched for the digits)."""
+    return 38 if field.precision is None else int(field.precision), int(field.scale)
 
 
 def _value(raw: Column, field: Field, spark_type: str) -> tuple[Column, Column]:
     """(canonical text, whether the native path vouches for it) of one present, non-null value."""
     if field.name == DECIMAL:
-        return _decimal(raw, 38 if field.precision is None else int(field.precision), int(field.scale))
+        return _decimal(raw, *native_decimal(field))
     if field.name in DATE_NAMES:
-        days = F.when(raw.rlike(r"^-?[0-9]{1,7}$"), raw.try_cast("int"))
-        ok = days.between(MIN_DAYS, MAX_DAYS)
-        return F.when(ok, F.date_add(F.lit("1970-01-01").cast("date"), days).cast("string")), ok
+        return date_of_days(F.when(raw.rlike(r"^-?[0-9]{1,7}$"), raw.try_cast("int")))
     if field.name in MILLI_TIMESTAMPS or field.name == MICRO_TIMESTAMP:
         per_unit = 1000 if field.name in MILLI_TIMESTAMPS else 1
         pattern = EPOCH_COUNT if per_unit == 1000 else r"^-?[0-9]{1,18}$"
-        micros = F.when(raw.rlike(pattern), raw.try_cast("bigint") * per_unit)
-        ok = micros.between(MIN_MICROS, MAX_MICROS)
-        return F.when(ok, F.date_format(F.timestamp_micros(micros), "yyyy-MM-dd HH:mm:ss.SSSSSS")), ok
+        return timestamp_of_micros(F.when(raw.rlike(pattern), raw.try_cast("bigint") * per_unit))
     check = CHECKS[spark_type]
     return raw, F.lit(True) if check is None else check(raw)
 
@@ -355,9 +382,6 @@ def _key_change_provenance(headers: Column) -> tuple[Column, Column]:
 def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[SchemaPlan]) -> DataFrame:
     """Every record with its natively decoded columns and the ``native`` flag (see ``native_json``)."""
     plan_list = list(plans)
-    configured_types = sorted(t for t, table in pipeline.tables.items() if table.column_types)
-    configured_keys = {t: list(table.primary_key) for t, table in pipeline.tables.items() if table.primary_key}
-
     # A record is of plan i when its text starts with plan i's whole `{"schema":S,"payload":` (a memory compare,
     # no copy; another table's schema differs within its first bytes); only its payload, the rest of the text, is
     # copied out, checked to be UTF-8 and parsed.
@@ -367,45 +391,27 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[Schema
     plan_index = F.lit(-1)
     for index, head in reversed(list(enumerate(heads))):
         plan_index = F.when(text.startswith(head), F.lit(index)).otherwise(plan_index)
-    located = records.select("*", plan_index.alias("_plan"))
+    located = records.select("*", plan_index.alias(PLAN))
     located = located.select(
         "*",
-        N.per_plan(F.col("_plan"), [F.lit(len(head.encode())) for head in heads], F.lit(0)).alias("_prefix"),
+        N.per_plan(F.col(PLAN), [F.lit(len(head.encode())) for head in heads], F.lit(0)).alias("_prefix"),
         N.text_of(F.col("key")).alias("_key_text"),
         *N.tombstone_columns(),
     )
     payload_text = N.text_of(
         F.substring(F.col("value"), F.col("_prefix") + 1, F.octet_length("value") - F.col("_prefix") - 1)
     )
-    with_payload = located.select("*", F.when(F.col("_plan") >= 0, payload_text).alias("_payload_text"))
+    with_payload = located.select("*", F.when(F.col(PLAN) >= 0, payload_text).alias("_payload_text"))
     parsed = with_payload.select(
-        "*", N.parse(F.col("_payload_text"), PAYLOAD_DDL).alias("_p"), F.col("value").endswith("}").alias("_closed")
+        "*", N.parse(F.col("_payload_text"), PAYLOAD_DDL).alias(PAYLOAD), F.col("value").endswith("}").alias("_closed")
     )
 
-    payload, source = F.col("_p"), F.col("_p.source")
-    plan = F.col("_plan")
-    op_code = payload["op"]
-    snapshot_marked = F.lower(F.coalesce(source["snapshot"], F.lit(""))).isin(*SNAPSHOT_MARKERS)
-    # op=c with source.snapshot set is a snapshot read (never rely on op alone), as in debezium_events
-    op = F.when((op_code == "c") & snapshot_marked, F.lit(S.OP_SNAPSHOT))
-    for code in NATIVE_OPS:
-        op = op.when(op_code == code, F.lit(OPS[code]))
-    # One CASE per image, each plan's branch computing its converted image and its verdict together.
-    no_image = F.struct(F.lit(None).cast("map<string,string>").alias("image"), F.lit(False).alias("ok"))
-    if plan_list:
-        after = N.per_plan(plan, [_image(payload["after"], p) for p in plan_list])
-        before = N.per_plan(plan, [_image(payload["before"], p) for p in plan_list])
-        column_types = N.per_plan(plan, [N.literal_map(p.types) for p in plan_list])
-    else:
-        after = before = no_image
-        column_types = F.lit(None).cast("map<string,string>")
-
-    db, schema_name, table = source["db"], source["schema"], source["table"]
+    payload, source, plan = F.col(PAYLOAD), F.col(PAYLOAD)["source"], F.col(PLAN)
     # A rewritten number token must not reach a value: where a cheap look cannot rule it out, every number token of
     # the payload is checked (N.plain_numbers, a regular expression over the whole text: a fifth of the native pass
     # when it ran for every record).
     names_plain = F.lit(True)
-    for name in (db, schema_name, table):
+    for name in (source["db"], source["schema"], source["table"]):
         names_plain = names_plain & ~N.reads_like_rendered_number(name)
     images_plain = (
         N.per_plan(plan, [_tokens_read_as_written(p, payload, F.col("_payload_text")) for p in plan_list])
@@ -415,8 +421,70 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[Schema
     numbers_read_back = F.when(names_plain & images_plain, F.lit(True)).otherwise(
         N.plain_numbers(F.col("_payload_text"))
     )
-    table_id = F.concat_ws(".", F.nullif(db, F.lit("")), F.nullif(schema_name, F.lit("")), F.nullif(table, F.lit("")))
     kafka_columns, key_ok = _key_columns(F.col("_key_text"))
+    # One CASE per image, each plan's branch computing its converted image and its verdict together.
+    images = {
+        which: N.per_plan(plan, [_image(payload[which], p) for p in plan_list]) if plan_list else no_image()
+        for which in ("after", "before")
+    }
+    wire_ok = (
+        F.col("_closed")
+        & payload.isNotNull()
+        & payload[N.CORRUPT_FIELD].isNull()
+        & N.one_object(F.col("_payload_text"))
+        # a second `"payload"` member (JSON's last one wins in Python, the first in Spark's reader) or text after it
+        & ~F.col("_payload_text").contains(PAYLOAD_SEPARATOR)
+        & N.plain_escapes(F.col("_payload_text"))
+        & numbers_read_back
+        & key_ok
+    )
+    return change_rows(parsed, pipeline, plan_list, wire_ok, kafka_columns, images, FORMAT_ID)
+
+
+# The columns change_rows reads besides the record's own: the index of the record's plan (-1: none), and its payload
+# as the JSON wire's from_json gives it (PAYLOAD_DDL: op, ts_ms, source, ... as JSON text; before and after are read
+# only for being null or not).
+PLAN, PAYLOAD = "_plan", "_p"
+
+
+def no_image() -> Column:
+    """The images of an input without plans: none, never vouched for."""
+    return F.struct(F.lit(None).cast("map<string,string>").alias("image"), F.lit(False).alias("ok"))
+
+
+def change_rows(
+    parsed: DataFrame,
+    pipeline: PipelineConfig,
+    plans: list[SchemaPlan],
+    wire_ok: Column,
+    kafka_columns: Column,
+    images: dict[str, Column],
+    format_id: str,
+) -> DataFrame:
+    """The changelog rows of Debezium payloads, whatever wire they came on: op mapping, snapshot markers, position,
+    event time, key and key-change provenance, tombstones; and the ``native`` flag, false where the envelope or a
+    value is one the Python decoder must judge. ``wire_ok``: the wire's own verdict on the record; ``kafka_columns``:
+    the key's field names read from the Kafka key; ``images``: the after and before images, each a struct of the
+    converted image (map<string,string> of canonical texts) and whether the native path vouches for it."""
+    plan_list = list(plans)
+    configured_types = sorted(t for t, table in pipeline.tables.items() if table.column_types)
+    configured_keys = {t: list(table.primary_key) for t, table in pipeline.tables.items() if table.primary_key}
+    payload, source = F.col(PAYLOAD), F.col(PAYLOAD)["source"]
+    plan = F.col(PLAN)
+    op_code = payload["op"]
+    snapshot_marked = F.lower(F.coalesce(source["snapshot"], F.lit(""))).isin(*SNAPSHOT_MARKERS)
+    # op=c with source.snapshot set is a snapshot read (never rely on op alone), as in debezium_events
+    op = F.when((op_code == "c") & snapshot_marked, F.lit(S.OP_SNAPSHOT))
+    for code in NATIVE_OPS:
+        op = op.when(op_code == code, F.lit(OPS[code]))
+    after, before = images["after"], images["before"]
+    if plan_list:
+        column_types = N.per_plan(plan, [N.literal_map(p.types) for p in plan_list])
+    else:
+        column_types = F.lit(None).cast("map<string,string>")
+
+    db, schema_name, table = source["db"], source["schema"], source["table"]
+    table_id = F.concat_ws(".", F.nullif(db, F.lit("")), F.nullif(schema_name, F.lit("")), F.nullif(table, F.lit("")))
     key_columns = kafka_columns
     for configured_table, columns in sorted(configured_keys.items()):
         key_columns = F.when(table_id == configured_table, F.array(*[F.lit(c) for c in columns])).otherwise(key_columns)
@@ -426,14 +494,7 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[Schema
     detail, headers_ok = _key_change_provenance(F.col("headers"))
     envelope_ok = (
         (plan >= 0)
-        & F.col("_closed")
-        & payload.isNotNull()
-        & payload[N.CORRUPT_FIELD].isNull()
-        & N.one_object(F.col("_payload_text"))
-        # a second `"payload"` member (JSON's last one wins in Python, the first in Spark's reader) or text after it
-        & ~F.col("_payload_text").contains(PAYLOAD_SEPARATOR)
-        & N.plain_escapes(F.col("_payload_text"))
-        & numbers_read_back
+        & wire_ok
         & op.isNotNull()
         & payload["message"].isNull()
         & payload["updateDescription"].isNull()
@@ -450,7 +511,6 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[Schema
         & position_ok
         & time_ok
         & headers_ok
-        & key_ok
     )
     # The images are converted once, in their own projection: the key reads them again (one lookup per key column).
     decoded = parsed.select(
@@ -494,7 +554,7 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[Schema
         "position": F.col("position"),
         "event_time": F.col("event_time"),
         "row_index": F.lit(0),
-        "format": F.lit(FORMAT_ID),
+        "format": F.lit(format_id),
         "record_kind": F.lit(KIND_CHANGE),
         "control_kind": F.lit(None).cast("string"),
         "reason": F.lit(None).cast("string"),

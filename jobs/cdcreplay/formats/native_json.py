@@ -5,7 +5,8 @@ Python UDF, no ``mapInArrow``, no lambdas). It decodes the records whose shape i
 other one ``native = false``: those records -- control messages, quarantines, rare layouts, values it cannot render
 exactly -- go through the format's Python decoder, which stays the one reference for every corner case. So each
 record is decoded by exactly one path, and both paths give the same row for a record both could decode
-(``tests/test_native_decoding.py`` holds them to that).
+(``tests/test_native_decoding.py`` holds them to that). The flag, the fallback and the two-pass write serve
+``from_avro`` as well (``debezium_avro_native``).
 
 What Spark's JSON reader does that the Python decoders do not, and the guards that keep such records off the native
 path:
@@ -165,13 +166,13 @@ def with_python_fallback(native: DataFrame, records: DataFrame, python_decode) -
 NATIVE_MIN_RECORDS = 500_000
 
 
-def reader_chooses_native(pipeline, record_count: int | None) -> bool:
+def reader_chooses_native(pipeline, record_count: int | None, min_records: int = NATIVE_MIN_RECORDS) -> bool:
     """``options.reader``: ``spark`` always decodes natively (the Python decoder takes what the native path flags),
-    ``python`` never, ``auto`` (the default) for a run of at least ``NATIVE_MIN_RECORDS`` records (an unknown count
-    reads in Python)."""
+    ``python`` never, ``auto`` (the default) for a run of at least ``min_records`` records (an unknown count reads in
+    Python)."""
     reader = pipeline.options.get("reader", "auto")
     if reader == "auto":
-        return record_count is not None and record_count >= NATIVE_MIN_RECORDS
+        return record_count is not None and record_count >= min_records
     return reader == "spark"
 
 
