@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.avro.functions import from_avro
 
 from cdcreplay.config import PipelineConfig
 from cdcreplay.formats import native_json as N
@@ -76,6 +77,7 @@ FLOAT_KINDS = ("float", "double")
 JAVA_PLAIN_DOUBLE = r"^-?[0-9]+\.[0-9]+$"
 MAX_EXACT_DIGITS = 15
 ENVELOPE_FIELDS = ("before", "after", "source", "op")
+RECORD_COLUMNS = ("topic", "partition", "offset", "timestamp", "headers")  # what change_rows reads of the record
 ALSO_PYTHON_KEY_NAMES = ("payload", "schema")  # a key with such a field reads as a JsonConverter wrapper in Python
 # Spark types whose values an Avro kind always holds: no check of the text is needed.
 HELD_BY = {
@@ -362,7 +364,7 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[AvroPl
     plan_index, key_plan_index = F.col(PLAN), F.col("_key_plan")
     values = [F.col(f"_v{i}") for i in range(len(plans))]
     with_payload = decoded.select(
-        *records.columns,
+        *RECORD_COLUMNS,  # not the raw key and value: every column carried is copied into each intermediate row
         PLAN,
         N.TOMBSTONE,
         N.TOMBSTONE_DETAIL,
@@ -386,12 +388,6 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[AvroPl
     wire_ok = F.col("_value_ok") & F.col("_key_ok")
     plan_list = [plan.plan for plan in plans]
     return change_rows(with_payload, pipeline, plan_list, wire_ok, F.col("_key_columns"), images, FORMAT_ID)
-
-
-def from_avro(data: Column, schema: str, options: dict) -> Column:
-    from pyspark.sql.avro.functions import from_avro as spark_from_avro
-
-    return spark_from_avro(data, schema, options)
 
 
 def plans_for(records: DataFrame, schemas) -> tuple[list[AvroPlan], list[KeyPlan]]:
