@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import io
+import struct
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+import fastavro
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -91,3 +94,11 @@ def pipeline_config(
         encoding="utf-8",
     )
     return config
+
+
+def confluent(schema_id: int, schema: dict, record: dict) -> bytes:
+    """``record`` as Confluent's Avro serializers frame it: 0x00, the 4-byte big-endian schema id, the Avro body."""
+    stream = io.BytesIO()
+    stream.write(b"\x00" + struct.pack(">I", schema_id))
+    fastavro.schemaless_writer(stream, fastavro.parse_schema(schema), record)
+    return stream.getvalue()

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pyspark.sql import functions as F
 
 from cdcreplay.formats import native_json as N
@@ -22,6 +24,19 @@ def records_frame(spark, records: list[tuple]):
 
 def rows_by_coordinates(frame) -> dict:
     return {(r.topic, r.partition, r.offset, r.row_index, r.record_kind): r.asDict() for r in frame.collect()}
+
+
+def two_pass_write(spark, module, records, pipeline, path: str):
+    """The rows the job's two-pass write (``native_json.write_decoded``: native rows, then the flagged records in
+    Python) leaves in ``path``, read back; no record is left pending between the passes."""
+    N.write_decoded(
+        module.decode_natively(records, pipeline),
+        records,
+        lambda rest: module.decode_in_python(rest, pipeline),
+        path,
+    )
+    assert not Path(path, f"record_kind={N.PENDING}").exists()
+    return spark.read.parquet(path).select(*DECODED_COLUMNS)
 
 
 def native_flags(module, records, pipeline) -> list[bool]:

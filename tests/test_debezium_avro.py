@@ -3,16 +3,14 @@ both Debezium wires share one envelope decoder -- the same event in JSON and in 
 
 from __future__ import annotations
 
-import io
 import json
 import struct
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from pathlib import Path
 
-import fastavro
 import pytest
-from archive_helpers import Record, write_parquet
+from archive_helpers import Record, confluent, write_parquet
 from pyspark.sql import functions as F
 
 from cdcreplay import archive
@@ -209,13 +207,6 @@ ROW = {
     "ok": True,
 }
 SOURCE = {"connector": "postgresql", "db": "pg", "schema": "shop", "table": "items", "lsn": 42, "ts_ms": 1000}
-
-
-def confluent(schema_id: int, schema: dict, record: dict) -> bytes:
-    stream = io.BytesIO()
-    stream.write(b"\x00" + struct.pack(">I", schema_id))
-    fastavro.schemaless_writer(stream, fastavro.parse_schema(schema), record)
-    return stream.getvalue()
 
 
 def json_twin() -> tuple[str, str]:

@@ -9,23 +9,19 @@ path does not read, tombstones. The pipeline's two-pass write gives the same row
 
 from __future__ import annotations
 
-import io
 import json
 import logging
-import struct
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from pathlib import Path
 
-import fastavro
 import pytest
-from native_helpers import native_flags, records_frame, rows_by_coordinates
+from archive_helpers import confluent
+from native_helpers import native_flags, records_frame, rows_by_coordinates, two_pass_write
 
 from cdcreplay import jars
 from cdcreplay.config import PipelineConfig
 from cdcreplay.formats import debezium_avro, debezium_avro_native
-from cdcreplay.formats import native_json as N
-from cdcreplay.formats.common import DECODED_COLUMNS
 from cdcreplay.simulator import simulate
 from cdcreplay.simulator.encode_debezium_avro import encode_debezium_avro
 
@@ -70,7 +66,7 @@ def test_flink_messages_decode_as_in_python(spark, tmp_path):
     values = [(FLINK_AVRO / name).read_bytes() for name in files]
     # Flink's captures carry no Kafka key (Python), and their weights are float32 values widened to double
     # (21.799999237060547: 17 digits, which Java 17 may print otherwise): Python again beside an Avro key.
-    records = [(None, value, []) for value in values] + [(_confluent(80, KEY, {"id": 1}), v, []) for v in values]
+    records = [(None, value, []) for value in values] + [(confluent(80, KEY, {"id": 1}), v, []) for v in values]
     assert _compare(records_frame(spark, records), _pipeline(registry)) == [False] * 6
 
 
@@ -138,13 +134,6 @@ KEY = {"type": "record", "name": "Key", "namespace": "srv.shop.t", "fields": [{"
 SCHEMAS = {1: KEY, 2: ENVELOPE}
 
 
-def _confluent(schema_id: int, schema: dict, record: dict) -> bytes:
-    stream = io.BytesIO()
-    stream.write(b"\x00" + struct.pack(">I", schema_id))
-    fastavro.schemaless_writer(stream, fastavro.parse_schema(schema), record)
-    return stream.getvalue()
-
-
 def _event(op: str = "c", snapshot: str | None = None, table: str | None = "t", **values) -> dict:
     row = {"id": 1, **values}
     source = {"connector": "mysql", "db": "shop", "table": table, "file": "bin.000002", "pos": 7, "row": 0,
@@ -154,7 +143,7 @@ def _event(op: str = "c", snapshot: str | None = None, table: str | None = "t", 
 
 
 def _message(event: dict, schema: dict = ENVELOPE, key: bytes | None = b"") -> tuple:
-    return (_confluent(1, KEY, {"id": 1}) if key == b"" else key, _confluent(2, schema, event), [])
+    return (confluent(1, KEY, {"id": 1}) if key == b"" else key, confluent(2, schema, event), [])
 
 
 def _exact_decimal(unscaled: int) -> bool:
@@ -221,14 +210,7 @@ def test_two_pass_write_equals_decode(spark, tmp_path):
     frame = records_frame(spark, records)
     pipeline = _pipeline(tmp_path / "_schemas")
     path = str(tmp_path / "decoded")
-    N.write_decoded(
-        debezium_avro.decode_natively(frame, pipeline),
-        frame,
-        lambda rest: debezium_avro.decode_in_python(rest, pipeline),
-        path,
-    )
-    written = spark.read.parquet(path).select(*DECODED_COLUMNS)
-    assert not (tmp_path / "decoded" / f"record_kind={N.PENDING}").exists()
+    written = two_pass_write(spark, debezium_avro, frame, pipeline, path)
     assert rows_by_coordinates(written) == rows_by_coordinates(debezium_avro.decode(frame, pipeline))
     assert spark.read.parquet(path).where("record_kind = 'quarantine'").count() == 1
 
@@ -241,3 +223,18 @@ def test_without_spark_avro_every_record_decodes_in_python_and_the_log_says_why(
         assert debezium_avro.decode_natively(frame, _pipeline(tmp_path / "_schemas")) is None
     assert "spark-avro is not on this Spark session's classpath" in caplog.text
     assert jars.SPARK_AVRO.file_name in caplog.text
+
+
+def test_the_native_path_reads_schemas_from_the_export_then_the_folder_and_leaves_lists_of_types(tmp_path):
+    """``ConfluentSchemas.schema_text``: what the native path plans from. An .avsc that lists named types before the
+    message type is read by the Python decoder only (no plan), as is an id neither source holds."""
+    folder = tmp_path / "registry"
+    folder.mkdir()
+    (folder / "1.avsc").write_text(json.dumps(KEY))
+    (folder / "3.avsc").write_text(json.dumps([SOURCE, ENVELOPE]))
+    schemas = debezium_avro.ConfluentSchemas(registry_dir=str(folder), exported={1: "exported", 2: json.dumps(KEY)})
+    assert schemas.schema_text(1) == "exported"  # the export first
+    assert schemas.schema_text(2) == json.dumps(KEY)
+    assert schemas.schema_text(3) is None
+    assert schemas.schema_text(4) is None
+    assert debezium_avro.ConfluentSchemas().schema_text(1) is None

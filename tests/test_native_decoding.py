@@ -17,13 +17,12 @@ from pathlib import Path
 
 import pytest
 from archive_helpers import records_from_lines
-from native_helpers import native_flags, records_frame, rows_by_coordinates
+from native_helpers import native_flags, records_frame, rows_by_coordinates, two_pass_write
 from pyspark.sql import functions as F
 
 from cdcreplay.config import PipelineConfig
 from cdcreplay.formats import canal_json, debezium_avro, debezium_json, debezium_native
 from cdcreplay.formats import native_json as N
-from cdcreplay.formats.common import DECODED_COLUMNS
 from cdcreplay.simulator import simulate
 from cdcreplay.simulator.encoders import encode
 
@@ -241,14 +240,7 @@ def test_two_pass_write_equals_decode(spark, tmp_path):
     frame = records_frame(spark, records)
     pipeline = _pipeline()
     path = str(tmp_path / "decoded")
-    N.write_decoded(
-        debezium_json.decode_natively(frame, pipeline),
-        frame,
-        lambda rest: debezium_json.decode_in_python(rest, pipeline),
-        path,
-    )
-    written = spark.read.parquet(path).select(*DECODED_COLUMNS)
-    assert not (tmp_path / "decoded" / f"record_kind={N.PENDING}").exists()
+    written = two_pass_write(spark, debezium_json, frame, pipeline, path)
     assert rows_by_coordinates(written) == rows_by_coordinates(debezium_json.decode(frame, pipeline))
 
 
@@ -290,7 +282,7 @@ def test_the_schema_pass_samples_a_large_input_and_finds_nothing_it_cannot_vouch
     sampled = {plan.text for plan in debezium_native.schema_plans(frame, every=7)}
     assert sampled and sampled <= every_schema
     # A sample too thin to meet any schema leaves the whole input to the Python decoder: no native pass at all.
-    thin = debezium_native.SCHEMA_SAMPLE * 10**7
+    thin = N.SCHEMA_SAMPLE * 10**7
     assert debezium_json.decode_natively(frame, _pipeline(), record_count=thin) is None
-    native = debezium_json.decode_natively(frame, _pipeline(), record_count=debezium_native.SCHEMA_SAMPLE * 7)
+    native = debezium_json.decode_natively(frame, _pipeline(), record_count=N.SCHEMA_SAMPLE * 7)
     assert native.where(F.col(N.NATIVE_FLAG)).count() > 0

@@ -33,9 +33,8 @@ class MavenJar:
     def file_name(self) -> str:
         return f"{self.artifact}-{self.version}.jar"
 
-    @property
-    def url(self) -> str:
-        return f"{MAVEN_CENTRAL}/{self.group.replace('.', '/')}/{self.artifact}/{self.version}/{self.file_name}"
+    def url(self, repository: str = MAVEN_CENTRAL) -> str:
+        return f"{repository}/{self.group.replace('.', '/')}/{self.artifact}/{self.version}/{self.file_name}"
 
 
 # Spark's Avro module, the same release as pyspark (requirements.txt): from_avro for the Avro formats. Its runtime
@@ -61,29 +60,31 @@ def _sha1(path: Path) -> str:
     return hashlib.sha1(path.read_bytes()).hexdigest()
 
 
-def fetch(jar: MavenJar) -> Path:
-    """Download ``jar`` unless it is in place with the pinned checksum; a wrong checksum is an error, not a jar."""
+def fetch(jar: MavenJar, repository: str = MAVEN_CENTRAL) -> Path:
+    """Download ``jar`` from a Maven ``repository`` unless it is in place with the pinned checksum; a wrong checksum
+    is an error, not a jar."""
     target = jar_path(jar)
     if target.is_file() and _sha1(target) == jar.sha1:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_suffix(".part")
-    with urllib.request.urlopen(jar.url, timeout=120) as response:
+    url = jar.url(repository)
+    with urllib.request.urlopen(url, timeout=120) as response:
         partial.write_bytes(response.read())
     found = _sha1(partial)
     if found != jar.sha1:
         partial.unlink()
-        raise RuntimeError(f"{jar.url}: SHA-1 {found}, pinned {jar.sha1}; not installed")
+        raise RuntimeError(f"{url}: SHA-1 {found}, pinned {jar.sha1}; not installed")
     partial.replace(target)
     return target
 
 
-def main() -> int:
-    for jar in PINNED:
+def main(pinned: tuple[MavenJar, ...] = PINNED, repository: str = MAVEN_CENTRAL) -> int:
+    for jar in pinned:
         try:
-            print(f"jars: {fetch(jar)}")
+            print(f"jars: {fetch(jar, repository)}")
         except (OSError, RuntimeError) as error:
-            print(f"jars: cannot fetch {jar.url}: {error}", file=sys.stderr)
+            print(f"jars: cannot fetch {jar.url(repository)}: {error}", file=sys.stderr)
             return 1
     return 0
 

@@ -29,7 +29,7 @@ from pyspark.sql import DataFrame
 
 from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
-from cdcreplay.formats.native_json import decode_by_reader, reader_chooses_native
+from cdcreplay.formats.native_json import decode_by_reader, reader_chooses_native, sample_rate
 from cdcreplay.formats.python_rows import (
     DecodeError,
     RawRecord,
@@ -285,8 +285,7 @@ def decode_natively(records: DataFrame, pipeline: PipelineConfig, record_count: 
 
     if not canal_native.native_layout(pipeline):
         return None
-    every = max(1, (record_count or 0) // canal_native.TABLE_SAMPLE)
-    plans = canal_native.table_plans(records, pipeline, every)
+    plans = canal_native.table_plans(records, pipeline, sample_rate(record_count))
     return canal_native.native_rows(records, pipeline, plans) if plans else None
 
 

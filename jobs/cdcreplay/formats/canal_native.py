@@ -46,8 +46,6 @@ from cdcreplay.value_types import mysql_type_name_to_spark
 # Every plan adds a few expressions per column to one generated projection: bounded, so that its code stays far
 # below the JVM's 64 KB method limit.
 MAX_NATIVE_TABLES = 16
-# The table pass samples an input larger than this many records down to about this many.
-TABLE_SAMPLE = 100_000
 ENVELOPE_DDL = (
     "data array<map<string,string>>, old array<map<string,string>>, database string, `table` string, es bigint, "
     "id bigint, ts bigint, isDdl boolean, mysqlType map<string,string>, pkNames array<string>, type string, "
@@ -191,10 +189,9 @@ def table_plan(db: str | None, table: str | None, names, types, pk_names, pipeli
 
 
 def table_plans(records: DataFrame, pipeline: PipelineConfig, every: int = 1) -> list[TablePlan]:
-    """The plans of the most frequent tables of ``records`` (about one record in ``every``, chosen by a hash of the
-    offset): a table the sample misses costs speed, never correctness (its records are decoded in Python)."""
-    if every > 1:
-        records = records.where(F.pmod(F.xxhash64("offset"), F.lit(every)) == 0)
+    """The plans of the most frequent tables of ``records``, of about one record in ``every``
+    (``native_json.sampled``)."""
+    records = N.sampled(records, every)
     message = F.col("m")
     # Which records declare a table is a grouping key, not a filter: Spark would push a filter below the parse and
     # parse each record once more per condition.

@@ -30,7 +30,7 @@ from cdcreplay.formats.avro_connect import ConnectRenderer
 from cdcreplay.formats.avro_wire import AvroWire
 from cdcreplay.formats.debezium_avro_native import avro_functions_loaded, native_rows, plans_for
 from cdcreplay.formats.debezium_events import SchemaInfo, event_entries, schema_info
-from cdcreplay.formats.native_json import decode_by_reader, reader_chooses_native
+from cdcreplay.formats.native_json import decode_by_reader, reader_chooses_native, sample_rate
 from cdcreplay.formats.python_rows import DecodeError, RawRecord, decode_with_python
 
 log = logging.getLogger(__name__)
@@ -217,7 +217,8 @@ def reads_natively(pipeline: PipelineConfig, record_count: int | None = None) ->
 
 def decode_natively(records: DataFrame, pipeline: PipelineConfig, record_count: int | None = None) -> DataFrame | None:
     """Every record with its native decoding and the ``native`` flag, or None when the session has no spark-avro or
-    no schema of the input has a native plan (then every record is decoded in Python)."""
+    no schema of the input has a native plan (then every record is decoded in Python). ``record_count``, when
+    known, lets the schema-id pass sample a large input."""
     if not avro_functions_loaded(records.sparkSession):
         log.warning(
             "pipeline %s: spark-avro is not on this Spark session's classpath (%s); decoding in Python. "
@@ -226,7 +227,7 @@ def decode_natively(records: DataFrame, pipeline: PipelineConfig, record_count: 
             jars.SPARK_AVRO.file_name,
         )
         return None
-    plans, keys = plans_for(records, schemas_for(pipeline))
+    plans, keys = plans_for(records, schemas_for(pipeline), sample_rate(record_count))
     return native_rows(records, pipeline, plans, keys) if plans and keys else None
 
 

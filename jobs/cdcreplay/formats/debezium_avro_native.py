@@ -245,12 +245,14 @@ def _schema_id(binary: Column) -> Column:
     return F.when(framed, F.conv(F.hex(F.substring(binary, 2, 4)), 16, 10).cast("bigint"))
 
 
-def schema_counts(records: DataFrame) -> list[tuple[int | None, int | None, int]]:
+def schema_counts(records: DataFrame, every: int = 1) -> list[tuple[int | None, int | None, int]]:
     """(value schema id, key schema id, records) of the input, most frequent first: a light pass that reads five
-    bytes of each value and key."""
-    found = records.groupBy(
-        _schema_id(F.col("value")).alias("value_id"), _schema_id(F.col("key")).alias("key_id")
-    ).count()
+    bytes of each value and key, of about one record in ``every`` (``native_json.sampled``)."""
+    found = (
+        N.sampled(records, every)
+        .groupBy(_schema_id(F.col("value")).alias("value_id"), _schema_id(F.col("key")).alias("key_id"))
+        .count()
+    )
     return [(row["value_id"], row["key_id"], row["count"]) for row in found.orderBy(F.desc("count")).collect()]
 
 
@@ -390,11 +392,12 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[AvroPl
     return change_rows(with_payload, pipeline, plan_list, wire_ok, F.col("_key_columns"), images, FORMAT_ID)
 
 
-def plans_for(records: DataFrame, schemas) -> tuple[list[AvroPlan], list[KeyPlan]]:
+def plans_for(records: DataFrame, schemas, every: int = 1) -> tuple[list[AvroPlan], list[KeyPlan]]:
     """The plans of the input's most frequent value schemas (at most MAX_NATIVE_SCHEMAS) and of the key schemas
-    beside them. ``schemas``: the pipeline's ``ConfluentSchemas`` (a schema id it does not hold has no plan)."""
+    beside them, found in about one record in ``every``. ``schemas``: the pipeline's ``ConfluentSchemas`` (a schema
+    id it does not hold has no plan)."""
     value_ids, key_ids = {}, {}
-    for value_id, key_id, count in schema_counts(records):
+    for value_id, key_id, count in schema_counts(records, every):
         if value_id is not None:
             value_ids[value_id] = value_ids.get(value_id, 0) + count
         if key_id is not None:

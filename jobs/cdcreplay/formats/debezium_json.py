@@ -23,8 +23,8 @@ from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
 from cdcreplay.formats.debezium_events import SchemaInfo, event_entries, schema_info
 from cdcreplay.formats.debezium_native import FORMAT_ID as FORMAT_ID
-from cdcreplay.formats.debezium_native import SCHEMA_SAMPLE, native_rows, schema_plans
-from cdcreplay.formats.native_json import decode_by_reader, reader_chooses_native
+from cdcreplay.formats.debezium_native import native_rows, schema_plans
+from cdcreplay.formats.native_json import decode_by_reader, reader_chooses_native, sample_rate
 from cdcreplay.formats.python_rows import DecodeError, RawRecord, decode_with_python
 
 MAX_CACHED_SCHEMAS = 1024
@@ -113,7 +113,7 @@ def decode_natively(records: DataFrame, pipeline: PipelineConfig, record_count: 
     """Every record with its native decoding and the ``native`` flag (``native_json``), or None when no schema of the
     input has a native plan (MongoDB, schemaless JSON): then every record would go to Python anyway, after a parse
     for nothing. ``record_count``, when known, lets the schema pass sample a large input."""
-    plans = schema_plans(records, max(1, (record_count or 0) // SCHEMA_SAMPLE))
+    plans = schema_plans(records, sample_rate(record_count))
     return native_rows(records, pipeline, plans) if plans else None
 
 

@@ -63,8 +63,6 @@ MICRO_TIMESTAMP = "io.debezium.time.MicroTimestamp"
 # of two columns each (a bug once made a plan per record) needed more than 600 MB of driver heap to build it.
 MAX_NATIVE_SCHEMAS = 16
 MAX_KEY_COLUMNS = 4
-# The schema pass samples an input larger than this many records down to about this many (see schema_plans).
-SCHEMA_SAMPLE = 100_000
 NATIVE_OPS = ("c", "u", "d", "r")  # t (truncate) and m (message) are left to Python
 # The source block's fields the envelope reads, as texts (an absent field reads as null): a struct, whose fields are
 # found by position, where a map of every field the connector writes was searched by name at each of ~18 reads.
@@ -166,12 +164,8 @@ def schema_plans(records: DataFrame, every: int = 1) -> list[SchemaPlan]:
     only when its whole schema text does, so a record whose schema shared a group with another is decoded in
     Python, never with the other's plan). Only one schema text per group reaches the driver.
 
-    ``every``: look at about one record in ``every`` (chosen by a hash of the offset, so that no offset pattern -- a
-    transactional topic's commit markers -- hides a table). A large input repeats each table version's schema in
-    thousands of records, so a sample finds them at a fraction of the cost; a rare version the sample misses costs
-    speed, never correctness (its records are decoded in Python)."""
-    if every > 1:
-        records = records.where(F.pmod(F.xxhash64("offset"), F.lit(every)) == 0)
+    ``every``: look at about one record in ``every`` (``native_json.sampled``)."""
+    records = N.sampled(records, every)
     value = F.col("value")
     text = value.cast("string")
     prefix = _prefix_bytes(text)
