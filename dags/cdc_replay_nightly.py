@@ -61,12 +61,13 @@ SPARK_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.ui.showConsoleProgress": "false",
 }
-# Spark's optional module the jobs use (spark-avro: from_avro), as cdcreplay.jars pins it and set-up fetches it
+# The Spark jars the jobs use beyond pyspark's own, as cdcreplay.jars pins them and set-up fetches them
 # (scripts/setup.sh; the Airflow image), in CDCREPLAY_JARS_DIR as there (tests/test_dags.py holds the two equal):
-# spark-submit's --jars puts it on the driver's and the executors' classpath. Without it the jobs still run
-# (Debezium Avro then decodes in Python).
-SPARK_AVRO_JAR = Path(os.environ.get("CDCREPLAY_JARS_DIR") or REPO / ".venv" / "jars") / "spark-avro_2.13-4.2.0.jar"
-SPARK_JARS = str(SPARK_AVRO_JAR) if SPARK_AVRO_JAR.is_file() else None
+# spark-submit's --jars puts them on the driver's and the executors' classpath. Delta Lake holds the tables and the
+# state; spark-avro (from_avro) decodes Debezium Avro natively, which without it decodes in Python.
+JARS_DIR = Path(os.environ.get("CDCREPLAY_JARS_DIR") or REPO / ".venv" / "jars")
+JAR_FILES = ("spark-avro_2.13-4.2.0.jar", "delta-spark_4.2_2.13-4.4.0.jar", "delta-storage-4.4.0.jar")
+SPARK_JARS = ",".join(str(JARS_DIR / name) for name in JAR_FILES if (JARS_DIR / name).is_file()) or None
 RUN_SPEC_ARG = "{{ ti.xcom_pull(task_ids='validate_run') }}"
 
 PARAMS = {

@@ -24,7 +24,7 @@ COPY --chown=airflow:0 requirements.txt /tmp/cdcreplay-requirements.txt
 COPY --chown=airflow:0 docker/executor-requirements.txt /tmp/executor-requirements.txt
 RUN pip install --no-cache-dir "apache-airflow==3.3.2" -r /tmp/cdcreplay-requirements.txt \
     -c /tmp/executor-requirements.txt
-# The pinned Spark jars (spark-avro) from Maven Central, checked against their SHA-1: the DAG's spark-submit hands
+# The pinned Spark jars (spark-avro, Delta Lake) from Maven Central, checked against their SHA-1: the DAG's spark-submit hands
 # them to the driver and the executors (--jars).
 COPY --chown=airflow:0 jobs/cdcreplay/jars.py /tmp/cdcreplay-jars.py
 ENV CDCREPLAY_JARS_DIR=/opt/cdcreplay-jars

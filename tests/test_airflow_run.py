@@ -99,15 +99,15 @@ def archive_window(archive: Path) -> tuple[datetime, datetime]:
 
 
 def published_rows(warehouse: Path, pipelines=PIPELINES) -> dict[str, list[str]]:
-    """Every published table of every pipeline as sorted JSON rows (readers see exactly this)."""
-    import pyarrow.parquet as pq
+    """Every published table of every pipeline as sorted JSON rows (readers see exactly this, read with delta-rs)."""
+    from cdcreplay.warehouse import PipelinePaths, read_current
+    from cdcreplay.warehouse import published_rows as delta_rows
 
     tables = {}
     for pipeline in pipelines:
-        root = warehouse / pipeline
-        current = json.loads((root / "_CURRENT.json").read_text(encoding="utf-8"))
-        for table_id, info in current["tables"].items():
-            rows = pq.read_table(root / info["path"]).to_pylist()
+        paths = PipelinePaths(str(warehouse), pipeline)
+        for table_id in read_current(paths)["tables"]:
+            rows = delta_rows(paths, table_id).to_pylist()
             tables[f"{pipeline}/{table_id}"] = sorted(json.dumps(row, sort_keys=True, default=str) for row in rows)
     return tables
 

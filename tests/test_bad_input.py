@@ -14,6 +14,7 @@ import pytest
 from archive_helpers import Record, pipeline_config, write_parquet
 
 from cdcreplay.entrypoints import EXIT_BAD_INPUT, EXIT_ERROR, EXIT_OK, replay_main
+from cdcreplay.warehouse import PipelinePaths
 
 GOOD_DEBEZIUM = {
     "before": None,
@@ -197,8 +198,9 @@ def test_a_table_failing_its_latest_state_suite_is_not_published(spark, tmp_path
     error = capsys.readouterr().err
     assert "suite latest_state failed, nothing was published and the previous version stays: shop.t: " in error
     assert "expect_column_values_to_be_unique(column=id): 2 unexpected of 2 (1: 2)" in error
-    versions = list((tmp_path / "warehouse" / "gate" / "versions").iterdir())
-    assert len(versions) == 1, "the rejected version's folder is removed"
+    # The rejected commit is rolled back: the table's newest content is the published one, for every Delta reader.
+    table = PipelinePaths(str(tmp_path / "warehouse"), "gate").table_dir("shop.t")
+    assert [(r.id, r.v) for r in spark.read.format("delta").load(str(table)).collect()] == [(1, "row 1")]
 
 
 def test_a_pipeline_locked_by_a_live_run_is_refused_and_a_dead_runs_lock_is_broken(spark, tmp_path, capsys):
@@ -305,4 +307,43 @@ def test_a_partition_whose_records_do_not_add_up_fails_the_run_naming_it():
         "2 are accounted for (changelog 1, control 0, quarantined 1); topic shop.items partition 2: read 0 distinct "
         "records but 1 are accounted for (changelog 1, control 0, quarantined 0). Nothing was published. This is a "
         "bug in the decoder: please report it with the run's manifest"
+    )
+
+
+def test_unreadable_archive_files_are_named_before_any_work_or_left_out_when_asked(spark, tmp_path, capsys):
+    """An archiver killed mid-upload leaves a truncated Parquet file: the run names it (exit 2) instead of dying in
+    the decode, or, with archive.skip_unreadable_files, reads the rest and lists it in the manifest."""
+    good = write_parquet(
+        [Record("shop.items", 0, 0, json.dumps(GOOD_DEBEZIUM), key='{"id": 1}')], tmp_path / "archive" / "good.parquet"
+    )
+    data = good.read_bytes()
+    (tmp_path / "archive" / "truncated.parquet").write_bytes(data[: len(data) // 2])
+    (tmp_path / "archive" / "not-parquet.parquet").write_text('{"topic": "c"}\n', encoding="utf-8")
+    config = pipeline_config(tmp_path, "items", "debezium-json", tmp_path / "archive")
+
+    assert replay_main(["--config", str(config), "--run-id", "r1"]) == EXIT_BAD_INPUT
+    error = capsys.readouterr().err
+    assert "2 archive file(s) are not readable Parquet: " in error
+    assert f"{tmp_path / 'archive' / 'not-parquet.parquet'}: " in error
+    assert f"{tmp_path / 'archive' / 'truncated.parquet'}: " in error
+    assert "set archive.skip_unreadable_files: true to leave them out" in error
+    assert not (tmp_path / "warehouse" / "items" / "_CURRENT.json").exists()
+
+    text = config.read_text(encoding="utf-8")
+    config.write_text(text.replace("layout: parquet}", "layout: parquet, skip_unreadable_files: true}"), "utf-8")
+    assert replay_main(["--config", str(config), "--run-id", "r2"]) == EXIT_OK
+    assert "2 unreadable archive files left out (listed in the manifest)" in capsys.readouterr().out
+    run_dir = tmp_path / "warehouse" / "items" / "runs" / "r2"
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["files"] == [str(good)]
+    assert sorted(u["path"] for u in manifest["unreadable_files"]) == [
+        str(tmp_path / "archive" / "not-parquet.parquet"),
+        str(tmp_path / "archive" / "truncated.parquet"),
+    ]
+    assert all(u["reason"] for u in manifest["unreadable_files"])
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["unreadable_files"], summary["distinct_records"], summary["tables"]["shop.items"]["rows"]) == (
+        2,
+        1,
+        1,
     )

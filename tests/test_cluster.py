@@ -263,12 +263,15 @@ def parquet_rows(path: Path) -> list[str]:
 
 
 def published(warehouse: Path) -> dict[str, list[str]]:
-    """Every published table of every pipeline, whole, as sorted JSON rows."""
+    """Every published table of every pipeline, whole, as sorted JSON rows (read with delta-rs)."""
+    from cdcreplay.warehouse import PipelinePaths, published_rows, read_current
+
     tables = {}
     for pipeline in PIPELINES:
-        current = json.loads((warehouse / pipeline / "_CURRENT.json").read_text(encoding="utf-8"))
-        for table_id, info in current["tables"].items():
-            tables[f"{pipeline}/{table_id}"] = parquet_rows(warehouse / pipeline / info["path"])
+        paths = PipelinePaths(str(warehouse), pipeline)
+        for table_id in read_current(paths)["tables"]:
+            rows = published_rows(paths, table_id).to_pylist()
+            tables[f"{pipeline}/{table_id}"] = sorted(json.dumps(row, sort_keys=True, default=str) for row in rows)
     return tables
 
 

@@ -179,10 +179,10 @@ def test_spark_tasks_run_the_jvms_with_the_collector_the_local_sessions_use(nigh
 
 
 def test_spark_tasks_submit_the_pinned_jars_set_up_fetched(nightly):
-    from cdcreplay.jars import SPARK_AVRO, jar_path
+    from cdcreplay.jars import PINNED, jar_path
 
     for task_id in ("replay", "reconcile"):
-        assert nightly.get_task(task_id).jars == str(jar_path(SPARK_AVRO))
+        assert nightly.get_task(task_id).jars == ",".join(str(jar_path(jar)) for jar in PINNED)
 
 
 # --- the Params form's JSON schema -------------------------------------------------------------------------------

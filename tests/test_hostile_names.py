@@ -308,7 +308,7 @@ def test_tables_named_anything_in_the_data_are_published_inside_their_folder(spa
 
     paths = PipelinePaths(str(tmp_path / "warehouse"), "shop")
     current = read_current(paths)
-    tables_dir = paths.version_dir(current["version"]) / "tables"
+    tables_dir = paths.root / "tables"
     assert sorted(current["tables"]) == sorted(HOSTILE_TABLES)
     for i, table in enumerate(HOSTILE_TABLES):
         folder = paths.root / current["tables"][table]["path"]

@@ -14,6 +14,7 @@ import pytest
 from cdcreplay import schema
 from cdcreplay.reconcile import DIFF_COLUMNS, reconcile, run_reconciliation
 from cdcreplay.spark import VECTORIZED_READER
+from cdcreplay.state_store import state_ref, write_state
 
 ORDERS = "shop.public.orders"
 ITEMS = "shop.public.items"
@@ -289,7 +290,7 @@ def test_run_reconciliation_with_base_state(spark, tmp_path):
     # Base state from earlier runs (one row per key, with `deleted`); this run's changes and one resync snapshot.
     base_rows = [ev(1, SNAP, 1, name="a", amount="1.00"), ev(2, INS, 2, name="b", amount="2.00"), ev(3, DEL, 3)]
     base = changelog(spark, base_rows).selectExpr("*", "op = 'delete' AS deleted")
-    base.write.parquet(str(tmp_path / "state"))
+    base_state = state_ref(tmp_path / "state", write_state(base, tmp_path / "state"), None)
     run_rows = [
         ev(10, UPD, 1, name="a", amount="1.25"),
         ev(20, SNAP, 1, name="a", amount="1.25"),
@@ -298,7 +299,7 @@ def test_run_reconciliation_with_base_state(spark, tmp_path):
     ]
     changelog(spark, run_rows).write.partitionBy("table_id").parquet(str(tmp_path / "changelog"))
 
-    summary = run_reconciliation(spark, tmp_path / "run", str(tmp_path / "changelog"), str(tmp_path / "state"))
+    summary = run_reconciliation(spark, tmp_path / "run", str(tmp_path / "changelog"), base_state)
     # The vectorized Parquet reader was on for the reconciliation alone: decoders feed Python from Parquet scans,
     # which hangs under pyspark 4.2.0 with it on.
     assert spark.conf.get(VECTORIZED_READER) == "false"
@@ -392,7 +393,8 @@ def test_a_run_without_snapshot_reads_has_nothing_to_reconcile_and_leaves_the_st
     run_rows = [ev(10, UPD, 1, name="a", amount="1.25"), ev(11, INS, 4, name="d", amount="4.00"), ev(12, DEL, 2)]
     changelog(spark, run_rows).write.partitionBy("table_id").parquet(str(tmp_path / "changelog"))
 
-    summary = run_reconciliation(spark, tmp_path / "run", str(tmp_path / "changelog"), str(tmp_path / "no-state"))
+    absent = state_ref(tmp_path / "no-state", 0, None)
+    summary = run_reconciliation(spark, tmp_path / "run", str(tmp_path / "changelog"), absent)
     assert summary["verdict"] == "pass"
     assert summary["tables"] == []
     assert summary["headline"].startswith("Reconciliation passed: 0 snapshot epoch(s) reconciled, 0 baseline epoch(s)")
@@ -405,7 +407,7 @@ def test_a_base_state_is_read_by_the_diff_alone_its_facts_stand_in_for_it(spark,
     with its state rows. Either gives what reconciling the base state's rows and the run's changes as one changelog
     gives (where every such table is sorted by key in one pass)."""
     from cdcreplay.reconcile import plan_reconciliation, read_changelog, read_history
-    from cdcreplay.state_store import save_patterns, write_state
+    from cdcreplay.state_store import save_patterns
     from cdcreplay.tables import state_patterns
 
     no_amount_type = {"id": "int", "name": "string"}
@@ -438,17 +440,18 @@ def test_a_base_state_is_read_by_the_diff_alone_its_facts_stand_in_for_it(spark,
     ]
     changelog(spark, run_rows).write.parquet(str(tmp_path / "changelog"))
     state = changelog(spark, base_rows).selectExpr("*", "op = 'delete' AS deleted")
-    for name in ("plain", "with-patterns"):
-        write_state(state, tmp_path / name)
-    save_patterns(state_patterns(spark.read.parquet(str(tmp_path / "with-patterns"))), tmp_path / "with-patterns")
+    refs = {
+        "plain": state_ref(tmp_path / "plain", write_state(state, tmp_path / "plain"), None),
+        "with-patterns": state_ref(
+            tmp_path / "with-patterns", write_state(state, tmp_path / "with-patterns"), tmp_path / "patterns.json"
+        ),
+    }
+    save_patterns(state_patterns(state), tmp_path / "patterns.json")
 
     run = read_changelog(spark, str(tmp_path / "changelog"))
-    plans = [
-        plan_reconciliation(run, history=read_history(spark, str(tmp_path / name)))
-        for name in ("plain", "with-patterns")
-    ]
+    plans = [plan_reconciliation(run, history=read_history(spark, refs[name])) for name in ("plain", "with-patterns")]
     assert all((plan.joined_tables, plan.one_pass_tables) == ([CALM, ITEMS, ORDERS], []) for plan in plans)
-    as_one_changelog = plan_reconciliation(read_history(spark, str(tmp_path / "plain")).events.unionByName(run))
+    as_one_changelog = plan_reconciliation(read_history(spark, refs["plain"]).events.unionByName(run))
     assert (as_one_changelog.joined_tables, as_one_changelog.one_pass_tables) == ([], [CALM, ITEMS, ORDERS])
     outcomes = []
     for plan in (*plans, as_one_changelog):

@@ -1,6 +1,6 @@
-"""The state on disk: a night writes only the rows of the keys it changed (a delta) over the linked files of the state
-it built on, and reading the layers gives exactly the state a whole rewrite gives; past the limits, or on a truncate or
-a tombstone purge, the state is written whole again."""
+"""The state on disk, a Delta table: a night merges only the rows of the keys it changed, and the merged state is
+exactly the state a whole rewrite gives; past the limits, or on a truncate or a tombstone purge, the state is written
+whole again. Every version a published run names stays readable until keep_versions lets it go."""
 
 from __future__ import annotations
 
@@ -14,20 +14,18 @@ from pathlib import Path
 from archive_helpers import Record, pipeline_config, write_parquet
 from test_compaction import change, frame, whole_state
 
+from cdcreplay import delta_tables, state_store
 from cdcreplay.compaction import CARRY_OVER_MAX_CHANGES, changed_rows, latest_rows
 from cdcreplay.entrypoints import EXIT_OK, reconcile_main, replay_main
 from cdcreplay.state_store import (
-    LAYERS_FILE,
-    MAX_DELTAS,
-    Layer,
-    delta_fits,
+    commit_state,
     local_patterns,
     local_rows,
-    read_patterns,
+    merge_fits,
+    read_patterns_ref,
     read_state,
-    state_layers,
+    read_state_ref,
     table_state,
-    write_delta,
     write_state,
 )
 from cdcreplay.tables import changed_patterns, layouts_of_patterns, state_patterns, table_layouts
@@ -55,71 +53,71 @@ DAY_3 = [
 ]
 
 
-def inodes(folder) -> set[int]:
-    return {path.stat().st_ino for path in folder.rglob("*.parquet")}
+def night(spark, path: Path, changes: list[dict]) -> state_store.StateCommit:
+    """Commit the changes of one night onto the newest state at ``path``."""
+    return commit_state(path, read_state(spark, path), None, frame(spark, changes), len(changes), None)
 
 
-def night(spark, previous: Path, path: Path, changes: list[dict]) -> list[Layer]:
-    """Write the state at ``path`` as the state at ``previous`` plus the delta of ``changes``; its layers."""
-    with changed_rows(read_state(spark, previous), frame(spark, changes)) as change:
-        return write_delta(spark, change.rows, previous, state_layers(spark, previous), path)
+def test_merged_nights_read_as_the_whole_merge_of_their_history(spark, tmp_path, monkeypatch):
+    monkeypatch.setattr(state_store, "MAX_MERGE_SHARE", 100)  # day 3 changes more than half of these few keys
+    path = tmp_path / "state"
+    assert write_state(latest_rows(frame(spark, DAY_1)), path) == 0
+    assert night(spark, path, DAY_2) == state_store.StateCommit(1, merged=True, patterns=None)
+    assert night(spark, path, DAY_3).version == 2
 
-
-def test_a_layered_state_reads_as_the_whole_merge_of_its_history(spark, tmp_path):
-    write_state(latest_rows(frame(spark, DAY_1)), tmp_path / "v1")
-    layers = state_layers(spark, tmp_path / "v1")
-    assert layers == [Layer("base", 10)]
-    night(spark, tmp_path / "v1", tmp_path / "v2", DAY_2)
-    layers = night(spark, tmp_path / "v2", tmp_path / "v3", DAY_3)
-
-    assert layers == [Layer("base", 10), Layer("delta-001", 4), Layer("delta-002", 6)]
-    assert json.loads((tmp_path / "v3" / LAYERS_FILE).read_text()) == {
-        "layers": [dataclasses.asdict(layer) for layer in layers]
-    }
     expected = whole_state(latest_rows(frame(spark, DAY_1 + DAY_2 + DAY_3)))
-    assert whole_state(read_state(spark, tmp_path / "v3")) == expected
-    # The intermediate version still reads as of its own night.
-    assert whole_state(read_state(spark, tmp_path / "v2")) == whole_state(latest_rows(frame(spark, DAY_1 + DAY_2)))
-    # The base and the first delta are the earlier versions' files, linked, not copies.
-    assert inodes(tmp_path / "v3" / "base") == inodes(tmp_path / "v1") == inodes(tmp_path / "v2" / "base")
-    assert inodes(tmp_path / "v3" / "delta-001") == inodes(tmp_path / "v2" / "delta-001")
-    assert read_state(spark, tmp_path / "v3").columns == read_state(spark, tmp_path / "v1").columns
+    assert whole_state(read_state(spark, path)) == expected
+    assert whole_state(read_state(spark, path, 2)) == expected
+    # The earlier versions still read as of their own nights.
+    assert whole_state(read_state(spark, path, 1)) == whole_state(latest_rows(frame(spark, DAY_1 + DAY_2)))
+    assert whole_state(read_state(spark, path, 0)) == whole_state(latest_rows(frame(spark, DAY_1)))
+    assert read_state(spark, path).columns == read_state(spark, path, 0).columns
+    # Merged, not rewritten: the replaced rows are marked in deletion vectors beside the files they are in.
+    operations = [r.operation for r in spark.sql(f"DESCRIBE HISTORY delta.`{path}`").orderBy("version").collect()]
+    assert operations == ["WRITE", "MERGE", "MERGE"]
 
 
-def test_one_tables_rows_of_a_layered_state_are_read_from_its_partition_of_each_layer(spark, tmp_path):
-    write_state(latest_rows(frame(spark, DAY_1)), tmp_path / "v1")
-    night(spark, tmp_path / "v1", tmp_path / "v2", DAY_3)
-    rows = table_state(read_state(spark, tmp_path / "v2", keep_partition=True), "db.u")
+def test_one_tables_rows_are_read_from_its_partition_of_the_state(spark, tmp_path):
+    write_state(latest_rows(frame(spark, DAY_1)), tmp_path / "state")
+    night(spark, tmp_path / "state", DAY_3)
+    rows = table_state(read_state(spark, tmp_path / "state", keep_partition=True), "db.u")
 
     plan = rows._jdf.queryExecution().executedPlan().toString()  # before running: the plan as planned, once
     assert sorted((r.key, r.after["v"]) for r in rows.collect()) == [('["1"]', "u1"), ('["2"]', "u2'")]
-    scans = [line for line in plan.splitlines() if "FileScan" in line]
-    assert len(scans) == 3, plan  # the base; the delta's keys, for the join; the delta
-    assert all(re.search(r"PartitionFilters: \[[^\]]*\(table_hash#\d+L? = -?\d+\)", scan) for scan in scans), scans
-    assert "BroadcastHashJoin" in plan and "LeftAnti" in plan, plan
+    scans = [line for line in plan.splitlines() if "FileScan" in line or "Scan parquet" in line]
+    assert scans and all(re.search(r"PartitionFilters: \[[^\]]*\(table_hash#\d+L? = -?\d+\)", s) for s in scans), plan
 
 
-def test_a_run_without_row_changes_adds_no_delta(spark, tmp_path):
-    write_state(latest_rows(frame(spark, DAY_1)), tmp_path / "v1")
-    layers = night(spark, tmp_path / "v1", tmp_path / "v2", [])
+def test_a_run_without_row_changes_leaves_the_state_as_it_was(spark, tmp_path):
+    write_state(latest_rows(frame(spark, DAY_1)), tmp_path / "state")
+    committed = night(spark, tmp_path / "state", [])
 
-    assert layers == [Layer("base", 10)]
-    assert sorted(p.name for p in (tmp_path / "v2").iterdir()) == [LAYERS_FILE, "base"]
-    assert whole_state(read_state(spark, tmp_path / "v2")) == whole_state(read_state(spark, tmp_path / "v1"))
+    assert committed.merged
+    assert whole_state(read_state(spark, tmp_path / "state")) == whole_state(read_state(spark, tmp_path / "state", 0))
 
 
-def test_a_delta_fits_while_the_deltas_stay_few_small_and_broadcastable():
-    base = Layer("base", 100)
-    deltas = [Layer(f"delta-{n:03d}", 1) for n in range(1, MAX_DELTAS)]
-    assert delta_fits([base], 50)
-    assert not delta_fits([base], 51)  # more than half the base's rows
-    assert delta_fits([base, *deltas], 1)
-    assert not delta_fits([base, *deltas, Layer("delta-010", 1)], 1)  # one delta more than MAX_DELTAS
-    assert not delta_fits([base, Layer("delta-001", 45)], 6)  # the deltas together
-    huge = Layer("base", 10**10)
-    assert delta_fits([huge], CARRY_OVER_MAX_CHANGES)
-    assert not delta_fits([huge], CARRY_OVER_MAX_CHANGES + 1)  # more keys than one broadcast join carries
-    assert not delta_fits([Layer("base", 0)], 1)
+def test_a_merge_fits_while_the_changes_stay_small_and_broadcastable():
+    assert merge_fits(100, 50)
+    assert not merge_fits(100, 51)  # more than half the state's rows
+    assert merge_fits(10**10, CARRY_OVER_MAX_CHANGES)
+    assert not merge_fits(10**10, CARRY_OVER_MAX_CHANGES + 1)  # more keys than one broadcast join carries
+    assert not merge_fits(0, 1)
+
+
+def test_vacuum_keeps_every_file_a_kept_version_reads(spark, tmp_path, monkeypatch):
+    path = str(tmp_path / "t")
+    for version in range(4):  # each version replaces the last one's files
+        delta_tables.write_whole(spark.range(version * 10, version * 10 + 5), path)
+    ids = lambda version: sorted(r.id for r in delta_tables.read_version(spark, path, version).collect())  # noqa: E731
+
+    delta_tables.vacuum_older_than(spark, path, 1)  # younger than an hour: skipped, no listing of the files
+    monkeypatch.setattr(delta_tables, "VACUUM_MIN_AGE_S", 0)
+    delta_tables.vacuum_older_than(spark, path, 1)  # the shortest retention Delta takes: an hour
+    assert (ids(1), ids(2), ids(3)) == ([10, 11, 12, 13, 14], [20, 21, 22, 23, 24], [30, 31, 32, 33, 34])
+    # Delta rounds the retention to whole hours: rounded up, never below the oldest kept version's age.
+    assert delta_tables.retention_hours(0, 1) == 1
+    assert delta_tables.retention_hours(0, 3600) == 1
+    assert delta_tables.retention_hours(0, 3601) == 2
 
 
 # --- through the job ----------------------------------------------------------------------------------------------
@@ -170,36 +168,31 @@ def published(spark, root) -> dict[str, list[dict]]:
     return {t: sorted((r.asDict() for r in read_table(spark, warehouse, "p", t).collect()), key=str) for t in tables}
 
 
-def test_nights_write_deltas_until_a_limit_and_publish_what_a_full_rebuild_does(spark, tmp_path, caplog):
+def test_nights_merge_until_a_limit_and_publish_what_a_full_rebuild_does(spark, tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="cdcreplay.progress"):
         summaries = replay_nights(tmp_path, "nightly", sorted(NIGHTS.items()))
-    # night 1 a full rebuild; 2 and 3 deltas; 4 truncates: whole; 5 a delta on that; 6 too many changes: whole.
-    assert [s["state_deltas"] for s in summaries] == [0, 1, 2, 0, 1, 0]
-    # A delta's table layouts and counts come from the patterns kept with the state it built on, updated with the
-    # rows it changed; every state keeps patterns equal to those of its whole rows.
-    assert [s["layouts_from_delta"] for s in summaries] == [False, True, True, False, True, False]
+    # night 1 a full rebuild; 2 and 3 merge; 4 truncates: whole; 5 merges onto that; 6 too many changes: whole.
+    assert [s["state_merged"] for s in summaries] == [False, True, True, False, True, False]
+    # A merge's table layouts and counts come from the patterns kept with the state it built on, updated with the
+    # rows it changed; every state version keeps patterns equal to those of its whole rows.
+    assert [s["layouts_from_merge"] for s in summaries] == [False, True, True, False, True, False]
     for summary in summaries:
-        kept = local_rows(read_patterns(spark, Path(summary["state"])))["rows"]
-        assert sorted(kept) == sorted(local_rows(state_patterns(read_state(spark, summary["state"])))["rows"])
-    compacted = [r.getMessage().split(" merged, ")[1] for r in caplog.records if "compact: done" in r.getMessage()]
-    assert compacted == [
-        "state written whole",
-        "1 delta on the base state",
-        "2 deltas on the base state",
-        "state written whole",
-        "1 delta on the base state",
-        "state written whole",
-    ]
-    assert [(Path(s["state"]) / LAYERS_FILE).exists() for s in summaries] == [False, True, True, False, True, False]
+        kept = local_rows(read_patterns_ref(spark, summary["state"]))["rows"]
+        assert sorted(kept) == sorted(local_rows(state_patterns(read_state_ref(spark, summary["state"])))["rows"])
+    compacted = [r.getMessage().split(" compacted, ")[1] for r in caplog.records if "compact: done" in r.getMessage()]
+    merged, whole = "changed keys merged into the state", "state written whole"
+    assert compacted == [whole, merged, merged, whole, merged, whole]
+    # One state table, one version a night.
+    assert [s["state"]["version"] for s in summaries] == [0, 1, 2, 3, 4, 5]
     assert (summaries[2]["tables"]["shop.a"]["rows"], summaries[2]["tables"]["shop.a"]["tombstones"]) == (11, 0)
 
-    # The state of a night with two deltas, of a delta over a state written whole, and the last: each equals the
-    # state a full rebuild of the nights so far writes; the published tables equal the full rebuild's at the end.
+    # The state of a night merged onto a merged state, of a merge onto a state written whole, and the last: each
+    # equals the state a full rebuild of the nights so far writes; the published tables equal the full rebuild's.
     for night in (3, 5, 6):
         history = [record for n in range(1, night + 1) for record in NIGHTS[n]]
         rebuilt = replay_nights(tmp_path, f"rebuilt-{night}", [(1, history)])[0]
         nightly = summaries[night - 1]["state"]
-        assert whole_state(read_state(spark, nightly)) == whole_state(read_state(spark, rebuilt["state"])), night
+        assert whole_state(read_state_ref(spark, nightly)) == whole_state(read_state_ref(spark, rebuilt["state"]))
     assert published(spark, tmp_path / "nightly") == published(spark, tmp_path / "rebuilt-6")
 
 
@@ -207,25 +200,29 @@ def test_a_pipeline_that_purges_tombstones_writes_its_state_whole(spark, tmp_pat
     summaries = replay_nights(
         tmp_path, "purging", [(1, NIGHTS[1]), (2, NIGHTS[2])], "    tombstone_retention_days: 30\n"
     )
-    assert [s["state_deltas"] for s in summaries] == [0, 0]
-    assert not (Path(summaries[1]["state"]) / LAYERS_FILE).exists()
+    assert [s["state_merged"] for s in summaries] == [False, False]
 
 
 def test_with_one_version_kept_a_nights_reconciliation_still_reads_the_state_it_built_on(spark, tmp_path):
     summaries = replay_nights(tmp_path, "one", [(1, NIGHTS[1]), (2, NIGHTS[2])], keep_versions=1)
     versions = [s["version"] for s in summaries]
     root = tmp_path / "one"
-    on_disk = lambda: sorted(p.name for p in (root / "warehouse" / "p" / "versions").iterdir())  # noqa: E731
+    paths = PipelinePaths(str(root / "warehouse"), "p")
+    kept_patterns = lambda: sorted(p.name for p in (paths.root / "patterns").iterdir())  # noqa: E731
     # keep_versions 1 keeps the published version, and the one night 2 built on until the next publish.
-    assert on_disk() == sorted(versions)
-    assert read_current(PipelinePaths(str(root / "warehouse"), "p"))["built_on"] == versions[0]
-    assert summaries[1]["base_state"].startswith(str(root / "warehouse" / "p" / "versions" / versions[0]))
+    current = read_current(paths)
+    assert [entry["version"] for entry in current["history"]] == [versions[1]]
+    assert current["built_on"]["version"] == versions[0]
+    assert summaries[1]["base_state"] == summaries[0]["state"]
+    assert kept_patterns() == ["0.json", "1.json"]
     assert reconcile_main(["--config", str(root / "p.yaml"), "--run-id", "n2"]) == EXIT_OK
-    reconciled = json.loads(PipelinePaths(str(root / "warehouse"), "p").run_file("n2", "summary.json").read_text())
+    reconciled = json.loads(paths.run_file("n2", "summary.json").read_text())
     assert reconciled["reconciliation"]["verdict"] == "pass"
 
     third = replay_nights(tmp_path, "one", [(3, NIGHTS[3])], keep_versions=1)[0]
-    assert on_disk() == sorted([versions[1], third["version"]])  # night 1's version goes with the next publish
+    current = read_current(paths)
+    assert [current["history"][0]["version"], current["built_on"]["version"]] == [third["version"], versions[1]]
+    assert kept_patterns() == ["1.json", "2.json"]  # night 1's state version goes with the next publish
 
 
 A_TYPES = {"id": "int", "v": "string"}

@@ -80,9 +80,10 @@ def test_typed_columns_follow_the_declared_source_types(spark, simulated):
 def test_nightly_incremental_runs_equal_the_truth_and_reruns_change_nothing(spark, simulated_nightly, monkeypatch):
     _, history, config, tmp = simulated_nightly
     # A night here changes about as many keys as the state holds, past the share at which a run writes its state
-    # whole; lifted, every night writes a delta, so the layered state is what is checked against the truth.
-    monkeypatch.setattr(state_store, "MAX_DELTA_SHARE", 100)
-    deltas = []
+    # whole; lifted, every night after the first merges its changed keys, so the merged state is what is checked
+    # against the truth.
+    monkeypatch.setattr(state_store, "MAX_MERGE_SHARE", 100)
+    merged = []
     first_day = history.start.replace(hour=0, minute=0, second=0, microsecond=0)
     last_day = history.end
     day = first_day
@@ -93,11 +94,11 @@ def test_nightly_incremental_runs_equal_the_truth_and_reruns_change_nothing(spar
         if day == first_day:
             args.append("--full-rebuild")  # the first night starts from nothing
         assert replay_main(args) == EXIT_OK
-        deltas.append(
-            json.loads((tmp / "warehouse" / "sim" / "runs" / run_id / "summary.json").read_text())["state_deltas"]
+        merged.append(
+            json.loads((tmp / "warehouse" / "sim" / "runs" / run_id / "summary.json").read_text())["state_merged"]
         )
         day = end
-    assert deltas == list(range(len(deltas)))
+    assert merged == [False] + [True] * (len(merged) - 1)
     assert_equals_truth(spark, history, tmp)
 
     # An Airflow retry or a manual rerun of the second night: same published rows.

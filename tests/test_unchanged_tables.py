@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from datetime import UTC, datetime
 
 from archive_helpers import Record, pipeline_config, write_parquet
 
+from cdcreplay.delta_tables import has_commits_after
 from cdcreplay.entrypoints import EXIT_OK, replay_main
 from cdcreplay.warehouse import PipelinePaths, read_current, read_table
 
@@ -68,16 +68,12 @@ def published(spark, root) -> dict[str, list[dict]]:
     }
 
 
-def inodes(folder) -> set[int]:
-    return {entry.stat().st_ino for entry in os.scandir(folder) if entry.name.endswith(".parquet")}
-
-
 def test_a_night_keeps_the_tables_it_did_not_change_and_publishes_what_a_full_rebuild_does(spark, tmp_path):
     first = night(tmp_path, 1, NIGHT_1, "--full-rebuild")
     assert {t: info["typed_in_version"] for t, info in first["tables"].items()} == dict.fromkeys(
         ("shop.a", "shop.b", "shop.c"), first["version"]
     )
-    b_files = inodes(first["tables"]["shop.b"]["path"])
+    b_version = first["tables"]["shop.b"]["delta_version"]
 
     second = night(tmp_path, 2, NIGHT_2)
     assert {t: info["typed_in_version"] for t, info in second["tables"].items()} == {
@@ -85,8 +81,9 @@ def test_a_night_keeps_the_tables_it_did_not_change_and_publishes_what_a_full_re
         "shop.b": first["version"],
         "shop.c": first["version"],
     }
-    # Kept: the same files (linked), counts and held-back rows.
-    assert inodes(second["tables"]["shop.b"]["path"]) == b_files
+    # Kept: the same Delta version (nothing committed to it), counts and held-back rows.
+    assert second["tables"]["shop.b"]["delta_version"] == b_version
+    assert not has_commits_after(second["tables"]["shop.b"]["path"], b_version)
     assert {t: (i["rows"], i["tombstones"], i["type_conflicts"]) for t, i in second["tables"].items()} == {
         "shop.a": (2, 0, 0),
         "shop.b": (2, 0, 1),
@@ -104,9 +101,9 @@ def test_a_night_keeps_the_tables_it_did_not_change_and_publishes_what_a_full_re
         "shop.c": third["version"],
     }
     assert third["quality"]["unchanged_tables"] == ["shop.a", "shop.b"]
-    # keep_versions 1: the first version (the second night's base) is gone now, its linked files live on.
-    assert not os.path.exists(first["tables"]["shop.b"]["path"])
-    assert inodes(third["tables"]["shop.b"]["path"]) == b_files
+    # keep_versions 1 lets the first published version go, but b's Delta version is still the one it names.
+    assert third["tables"]["shop.b"]["delta_version"] == b_version
+    assert not has_commits_after(third["tables"]["shop.b"]["path"], b_version)
 
     # The same three nights as one full rebuild publish the same rows, provenance included.
     rebuilt = replay(tmp_path, "full", "all", "--full-rebuild")

@@ -55,6 +55,46 @@ def archive_files(path: str, layout: str) -> list[str]:
     return files
 
 
+@dataclass(frozen=True)
+class UnreadableFile:
+    path: str
+    reason: str
+
+
+def unreadable_parquet_files(files: list[str]) -> list[UnreadableFile]:
+    """The files that are not readable Parquet, found by reading each footer (a few KB, no data): an archiver
+    killed mid-upload leaves a file without its footer, and Spark would fail deep inside the decode on it."""
+    import pyarrow.parquet as pq
+
+    unreadable = []
+    for path in files:
+        try:
+            pq.read_metadata(path)
+        except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
+            unreadable.append(UnreadableFile(path, str(error).splitlines()[0]))
+    return unreadable
+
+
+def readable_files(files: list[str], layout: str, skip_unreadable: bool) -> tuple[list[str], list[UnreadableFile]]:
+    """(the files to read, the unreadable ones left out): a parquet archive's files are checked before any work,
+    and an unreadable one refuses the run unless ``skip_unreadable`` (``archive.skip_unreadable_files``)."""
+    if layout != "parquet":
+        return files, []
+    unreadable = unreadable_parquet_files(files)
+    if unreadable and not skip_unreadable:
+        listed = "; ".join(f"{u.path}: {u.reason}" for u in unreadable[:10])
+        more = f" (and {len(unreadable) - 10} more)" if len(unreadable) > 10 else ""
+        raise ArchiveError(
+            f"{len(unreadable)} archive file(s) are not readable Parquet: {listed}{more}. Replace them, or set "
+            "archive.skip_unreadable_files: true to leave them out (the run's manifest lists them)"
+        )
+    skipped = {u.path for u in unreadable}
+    kept = [path for path in files if path not in skipped]
+    if not kept:
+        raise ArchiveError(f"every file of the archive is unreadable ({len(files)} files); nothing to replay")
+    return kept, unreadable
+
+
 def read_archive(spark: SparkSession, files: list[str], layout: str) -> DataFrame:
     """Raw records with exactly the Kafka-source columns, whatever the layout."""
     if layout == "parquet":
@@ -228,9 +268,16 @@ def spread_over_cores(records: DataFrame, cores: int) -> DataFrame:
     return records.repartition(cores)
 
 
-def build_manifest(files: list[str], extents: list[dict], gaps: list[dict], selection: Selection) -> dict:
+def build_manifest(
+    files: list[str],
+    extents: list[dict],
+    gaps: list[dict],
+    selection: Selection,
+    unreadable: list[UnreadableFile] = (),
+) -> dict:
     return {
         "files": files,
+        "unreadable_files": [{"path": u.path, "reason": u.reason} for u in unreadable],  # left out of the run
         "selection": {
             "topics": list(selection.topics),
             "start": selection.start.isoformat() if selection.start else None,

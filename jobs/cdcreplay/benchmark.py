@@ -34,6 +34,7 @@ from cdcreplay import benchmark_keyed
 from cdcreplay.airflow_env import REPO
 from cdcreplay.benchmark_keyed import FORMAT as KEYED_FORMAT
 from cdcreplay.benchmark_reference import run_reference
+from cdcreplay.delta_tables import read_version
 from cdcreplay.progress import PIPELINE_STAGES
 
 REFERENCE_EVENTS_PER_S = {"spark (hand-written, from_json + max_by)": 196_000, "duckdb": 1_000_000}
@@ -156,6 +157,7 @@ def measure(spark, work: Path, fmt: str, events: int, reconcile: bool, source: A
         "stages_s": summary["timings_s"],
         "tables": {t: info["rows"] for t, info in summary["tables"].items()},
         "table_paths": {t: info["path"] for t, info in summary["tables"].items()},
+        "table_versions": {t: info["delta_version"] for t, info in summary["tables"].items()},
         "quarantined": summary["decoded"]["quarantined"],
         "peak_driver_jvm_mb": memory.peak_jvm_mb,
         "peak_python_rss_mb": memory.peak_python_rss_mb(),
@@ -265,7 +267,12 @@ def measure_incremental(
     differing = [
         table
         for table, info in nightly["tables"].items()
-        if table not in full["table_paths"] or _differ(spark, info["path"], full["table_paths"][table])
+        if table not in full["table_paths"]
+        or _differ(
+            spark,
+            (info["path"], info["delta_version"]),
+            (full["table_paths"][table], full.get("table_versions", {}).get(table)),
+        )
     ] + [table for table in full["table_paths"] if table not in nightly["tables"]]
     return {
         "state_records_before": history["distinct_records"],
@@ -283,8 +290,9 @@ def measure_incremental(
     }
 
 
-def _differ(spark, left: str, right: str) -> bool:
-    a, b = spark.read.parquet(left), spark.read.parquet(right)
+def _differ(spark, left: tuple[str, int | None], right: tuple[str, int | None]) -> bool:
+    """Whether two published tables, each (Delta folder, version), hold different rows."""
+    a, b = read_version(spark, *left), read_version(spark, *right)
     if sorted(a.columns) != sorted(b.columns):
         return True
     b = b.select(*a.columns)

@@ -22,7 +22,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdcreplay import schema as S
-from cdcreplay.state_store import read_state, save_patterns, write_state
+from cdcreplay.state_store import read_state, save_patterns, state_ref, write_state
 from cdcreplay.tables import state_patterns
 
 TABLE_ID = "bench.items"
@@ -75,22 +75,24 @@ def expected_counts(rows: int, period: int = DIFFERENCE_PERIOD) -> dict[str, int
     }
 
 
-def write_inputs(spark: SparkSession, work: Path, rows: int, period: int = DIFFERENCE_PERIOD) -> tuple[Path, Path]:
-    """(base state, snapshot changelog) Parquet folders for ``rows`` keys, rewritten each time."""
+def write_inputs(spark: SparkSession, work: Path, rows: int, period: int = DIFFERENCE_PERIOD) -> tuple[dict, Path]:
+    """(base state as ``state_store.state_ref`` names it, snapshot changelog folder) for ``rows`` keys, rewritten
+    each time."""
     state_path, changelog_path = work / "state", work / "changelog"
     shutil.rmtree(work, ignore_errors=True)
     state_ids = spark.range(rows)
     amount_cents = F.col("id") % 1_000_000 + 100
     state = _rows(state_ids, S.OP_INSERT, 0, amount_cents).withColumn("deleted", F.lit(False))
-    write_state(state, state_path)
+    version = write_state(state, state_path)
     # A run publishes its state with the state's patterns; the reconciliation takes the state's facts from them.
-    save_patterns(state_patterns(read_state(spark, state_path)), state_path)
+    patterns_file = work / "patterns.json"
+    save_patterns(state_patterns(read_state(spark, state_path, version)), patterns_file)
 
     phase = F.col("id") % period
     read = spark.range(rows + rows // period).where((F.col("id") >= rows) | (phase != UNREAD_AT))
     snapshot_cents = F.when((F.col("id") < rows) & (phase == MISMATCH_AT), amount_cents + 1).otherwise(amount_cents)
     _rows(read, S.OP_SNAPSHOT, rows, snapshot_cents).write.mode("overwrite").parquet(str(changelog_path))
-    return state_path, changelog_path
+    return state_ref(state_path, version, patterns_file), changelog_path
 
 
 def measure_reconcile(spark: SparkSession, work: Path, rows: int, period: int = DIFFERENCE_PERIOD) -> dict:
@@ -99,11 +101,11 @@ def measure_reconcile(spark: SparkSession, work: Path, rows: int, period: int = 
 
     folder = work / f"reconcile-{rows}"
     began = time.monotonic()
-    state_path, changelog_path = write_inputs(spark, folder, rows, period)
+    base_state, changelog_path = write_inputs(spark, folder, rows, period)
     prepared_s = time.monotonic() - began
 
     began = time.monotonic()
-    outcome = run_reconciliation(spark, folder / "run", str(changelog_path), str(state_path))
+    outcome = run_reconciliation(spark, folder / "run", str(changelog_path), base_state)
     elapsed = time.monotonic() - began
     [epoch] = [m for m in outcome["tables"] if m["table_id"] == TABLE_ID]
     expected = expected_counts(rows, period)

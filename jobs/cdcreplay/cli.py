@@ -30,16 +30,13 @@ def _json_default(value):
 
 def show_table(config_path: str, pipeline: str, table_id: str, limit: int | None, out=sys.stdout) -> int:
     """Print a published table's rows as JSON lines, columns in table order, rows sorted by key."""
-    import pyarrow.parquet as pq
-
-    from cdcreplay.warehouse import PipelinePaths, published_table_path, read_current
+    from cdcreplay.warehouse import PipelinePaths, published_rows, read_current
 
     config = load_config(config_path)
     config.project.pipeline(pipeline)
     paths = PipelinePaths(config.warehouse, pipeline)
-    path = published_table_path(paths, table_id)
+    rows = published_rows(paths, table_id).to_pylist()
     key_columns = read_current(paths)["tables"][table_id].get("key_columns", [])
-    rows = pq.read_table(path).to_pylist()
     rows.sort(key=lambda row: tuple((row[c] is None, row[c]) for c in key_columns))
     for row in rows[:limit] if limit else rows:
         out.write(json.dumps(row, default=_json_default, ensure_ascii=False) + "\n")

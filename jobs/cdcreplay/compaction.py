@@ -188,8 +188,8 @@ class StateChange(NamedTuple):
 @contextmanager
 def changed_rows(previous_state: DataFrame, changes: DataFrame) -> Iterator[StateChange]:
     """The new state rows of the keys ``changes`` names, and of every key of a table they truncate: what a run
-    changed in the state (a night's delta, see ``state_store``), with the stored rows they replace, to be used inside
-    the block. Every other key keeps its row in ``previous_state``.
+    changed in the state (the rows a night merges, see ``state_store``), with the stored rows they replace, to be
+    used inside the block. Every other key keeps its row in ``previous_state``.
 
     Each is the compaction of the key's stored row with its changes, so a partial image is completed from the
     stored row, and the row is the key's latest as of this run. Finding the stored rows reads the whole previous

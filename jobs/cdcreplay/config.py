@@ -83,6 +83,11 @@ class ArchiveConfig(_Strict):
         description="parquet: Spark Kafka-source columns; jsonl: the same columns as JSON lines with base64 "
         "key/value; kcat: `kcat -C -J` output lines.",
     )
+    skip_unreadable_files: bool = Field(
+        default=False,
+        description="parquet: leave out files that are not readable Parquet (truncated by an archiver killed "
+        "mid-upload, or not Parquet at all), listing them in the run's manifest, instead of refusing the run.",
+    )
 
     _path = field_validator("path")(_usable_path)
 

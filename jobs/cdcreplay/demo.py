@@ -105,17 +105,15 @@ def run_airflow(config: LoadedConfig, work: Path) -> tuple[int, Path]:
 
 def published_lines(config: LoadedConfig, pipeline: str) -> dict[str, list[str]]:
     """Every published table of a pipeline as truth lines (provenance columns left out)."""
-    import pyarrow.parquet as pq
-
     from cdcreplay.simulator import json_row
-    from cdcreplay.warehouse import PipelinePaths, read_current
+    from cdcreplay.warehouse import PipelinePaths, published_rows, read_current
 
     paths = PipelinePaths(config.warehouse, pipeline)
     current = read_current(paths) or {"tables": {}}
     tables = {}
     for table_id, info in current["tables"].items():
         types = {name: spark_type for name, spark_type in info.get("columns", [])}
-        rows = pq.read_table(paths.root / info["path"]).to_pylist()
+        rows = published_rows(paths, table_id).to_pylist()
         tables[table_id] = sorted(
             _comparable(json_row(table_id, {k: v for k, v in row.items() if not k.startswith("_")}, types))
             for row in rows

@@ -1,10 +1,12 @@
 """The Spark jars the product uses beyond pyspark's own, pinned in one place and fetched once at set-up.
 
 pyspark ships Spark's core jars, not its optional modules: ``from_avro`` lives in spark-avro, published on Maven
-Central beside every Spark release. ``scripts/setup.sh`` runs ``python -m cdcreplay.jars`` to download each pinned
+Central beside every Spark release, and the published tables and the state are Delta Lake tables, whose jars Delta
+publishes there too. ``scripts/setup.sh`` runs ``python -m cdcreplay.jars`` to download each pinned
 jar into ``.venv/jars`` and check its SHA-1; nothing is downloaded at run time. A session the package starts puts the
 jars that are there on ``spark.jars`` (``cdcreplay.spark.build_session``); the DAG hands the same paths to
-spark-submit. Without a jar the feature that needs it falls back (Debezium Avro decodes in Python) and says so.
+spark-submit. Without spark-avro, Debezium Avro decodes in Python and says so; without Delta no run can start
+(``cdcreplay.spark`` names the command that fetches it).
 """
 
 from __future__ import annotations
@@ -40,7 +42,13 @@ class MavenJar:
 # Spark's Avro module, the same release as pyspark (requirements.txt): from_avro for the Avro formats. Its runtime
 # dependency, Apache Avro itself, is among pyspark's own jars.
 SPARK_AVRO = MavenJar("org.apache.spark", "spark-avro_2.13", "4.2.0", "f7bac541fa1d649096b85dcf3ffbef033c7c321c")
-PINNED = (SPARK_AVRO,)
+# Delta Lake for Spark 4.2 (the artifact names the Spark release it is built for) and its storage layer; the Python
+# side is the delta-spark package of the same version (requirements.txt). Its other declared dependencies (the Delta
+# kernel, Unity Catalog) serve catalog-managed tables, which the product does not use.
+DELTA_SPARK = MavenJar("io.delta", "delta-spark_4.2_2.13", "4.4.0", "c2ab26421b8de44a2161b5e0b7da7954049f1ca1")
+DELTA_STORAGE = MavenJar("io.delta", "delta-storage", "4.4.0", "a068e489ce20d7f79bc4ca2d3392f12adbb69ddd")
+PINNED = (SPARK_AVRO, DELTA_SPARK, DELTA_STORAGE)
+DELTA_JARS = (DELTA_SPARK, DELTA_STORAGE)
 
 
 def jars_dir() -> Path:

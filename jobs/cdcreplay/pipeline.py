@@ -14,9 +14,8 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from cdcreplay import archive, progress, quality, warehouse
-from cdcreplay.compaction import changed_rows, merge_with_state, purge_tombstones, truncated_tables
-from cdcreplay.config import LoadedConfig, PipelineConfig
+from cdcreplay import archive, delta_tables, progress, quality, warehouse
+from cdcreplay.config import ConfigError, LoadedConfig, PipelineConfig
 from cdcreplay.formats import REGISTRY, decoder_module
 from cdcreplay.formats.common import DECODED_DDL, KIND_CHANGE, KIND_CONTROL, KIND_QUARANTINE
 from cdcreplay.formats.native_json import write_decoded
@@ -25,21 +24,16 @@ from cdcreplay.schema import CHANGELOG_COLUMNS, CONTROL_NOTE
 from cdcreplay.spark import vectorized_parquet_reads
 from cdcreplay.state_store import (
     STATE_PARTITION,
-    Layer,
-    delta_fits,
-    local_patterns,
+    commit_state,
     read_patterns,
     read_state,
     save_patterns,
-    state_layers,
+    state_ref,
     table_state,
-    write_delta,
-    write_state,
 )
 from cdcreplay.tables import (
     TYPED_TABLE_FORMAT,
     TableLayout,
-    changed_patterns,
     layouts_of_patterns,
     state_patterns,
     type_conflicts,
@@ -72,6 +66,13 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
     if not spec.dry_run:
         quality.import_in_background()  # the audit stage needs GX: import it while Spark reads and decodes
     paths = warehouse.PipelinePaths(config.warehouse, pipeline.name)
+    # The published version this run builds on (none on a full rebuild).
+    current = warehouse.read_current(paths)
+    if current is not None and warehouse.is_legacy(current) and not spec.full_rebuild and not spec.dry_run:
+        raise ConfigError(
+            f"pipeline {pipeline.name}: {paths.root} was published by an earlier release (Parquet folders under "
+            "versions/); run it once with --full-rebuild to rebuild its tables as Delta tables"
+        )
     run_dir = paths.run_dir(spec.run_id)
     run_dir.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
@@ -86,7 +87,11 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
 
     # -- read: which files, which records, and a manifest of both ------------------------------------------------
     t = time.time()
-    files = archive.archive_files(config.archive_path(pipeline), pipeline.archive.layout)
+    files, unreadable = archive.readable_files(
+        archive.archive_files(config.archive_path(pipeline), pipeline.archive.layout),
+        pipeline.archive.layout,
+        pipeline.archive.skip_unreadable_files,
+    )
     raw = archive.read_archive(spark, files, pipeline.archive.layout)
     selection = selection_for(pipeline, spec)
     if selection.offsets:
@@ -95,13 +100,12 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
     selected = archive.select_records(raw, selection)
     extents = archive.partition_extents(selected)
     gaps = archive.offset_gaps(selected) if any(e["missing_offsets"] for e in extents) else []
-    manifest = archive.build_manifest(files, extents, gaps, selection)
+    manifest = archive.build_manifest(files, extents, gaps, selection, unreadable)
     warehouse.write_json_atomically(run_dir / "manifest.json", manifest)
     t = lap("read", t, manifest["records"], unit=f"records selected from {len(files)} files")
     if spec.dry_run or manifest["distinct_records"] == 0:
         # Nothing to decode (a dry run, or an interval with no records): the published state stays as it is.
         summary = _summary(pipeline, spec, paths, manifest, timings, started, dry_run=spec.dry_run)
-        current = warehouse.read_current(paths)
         summary["version"] = current["version"] if current else None
         summary["tables"] = {}
         warehouse.write_json_atomically(run_dir / "summary.json", summary)
@@ -111,12 +115,14 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
     if manifest["duplicates"]:
         selected = archive.deduplicate(selected)
     selected = archive.spread_over_cores(selected, spark.sparkContext.defaultParallelism)
-    # The published state this run builds on (none on a full rebuild). A decoder whose changes are patches onto the
-    # stored row (DRS DDS `$set` into embedded documents) is registered with `reads_state` and reads it too.
-    current = warehouse.read_current(paths)
+    # The published state this run builds on, as of its published version. A decoder whose changes are patches onto
+    # the stored row (DRS DDS `$set` into embedded documents) is registered with `reads_state` and reads it too.
+    building_on = current if current is not None and not warehouse.is_legacy(current) else None
+    if building_on is not None:
+        _roll_back_unpublished(spark, paths, building_on)
     base_state = None
-    if current and not spec.full_rebuild:
-        base_state = read_state(spark, paths.root / current["state"])
+    if building_on is not None and not spec.full_rebuild:
+        base_state = read_state(spark, paths.state_dir, building_on["state_version"])
     keep = (F.col("record_kind") != KIND_CHANGE) | F.col("table_id").isin(list(spec.tables)) if spec.tables else None
     module = decoder_module(pipeline.format)
     shutil.rmtree(run_dir / "decoded", ignore_errors=True)  # a re-run of this run id decodes afresh
@@ -146,31 +152,36 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
     with vectorized_parquet_reads(spark):
         changes = _read_decoded(spark, paths, spec.run_id, KIND_CHANGE, changelog_only=True)
         version = warehouse.new_version(spec.run_id)
-        previous = paths.root / current["state"] if base_state is not None else None
-        layers, night_patterns = _write_state(
-            spark, paths.state_dir(version), previous, base_state, changes, kinds["changelog_rows"], pipeline
+        base_patterns = None
+        if base_state is not None:
+            base_patterns = read_patterns(spark, paths.patterns_file(building_on["state_version"]))
+        committed = commit_state(
+            paths.state_dir,
+            base_state,
+            base_patterns,
+            changes,
+            kinds["changelog_rows"],
+            pipeline.tombstone_retention_days,
         )
-        partitioned_state = read_state(spark, paths.state_dir(version), keep_partition=True)
+        partitioned_state = read_state(spark, paths.state_dir, committed.version, keep_partition=True)
         state = partitioned_state.drop(STATE_PARTITION)
-        deltas = len(layers) - 1 if layers else 0
-        written = f"{deltas} delta{'s' * (deltas > 1)} on the base state" if layers else "state written whole"
-        t = lap("compact", t, kinds["changelog_rows"], unit=f"changes merged, {written}")
+        written = "changed keys merged into the state" if committed.merged else "state written whole"
+        t = lap("compact", t, kinds["changelog_rows"], unit=f"changes compacted, {written}")
 
         # -- typed tables, audited, then one atomic switch of the published pointer --------------------------------
-        # A table this run did not change keeps its typed files (linked into the new version) and its audit: a
-        # nightly run costs the tables it touched, not every table of the database.
-        # What the tables' columns and counts need of the whole state: updated from the night's rows where it can be
-        # (see tables.changed_patterns), and kept with the state for the next night.
-        patterns = night_patterns if night_patterns is not None else state_patterns(state)
-        layouts, counts = layouts_of_patterns(save_patterns(patterns, paths.state_dir(version)))
+        # A table this run did not change keeps its published Delta version (no commit) and its audit: a nightly
+        # run costs the tables it touched, not every table of the database.
+        # What the tables' columns and counts need of the whole state: updated from the merged rows where it can be
+        # (see tables.changed_patterns), and kept with the state version for the next night.
+        patterns = committed.patterns if committed.patterns is not None else state_patterns(state)
+        layouts, counts = layouts_of_patterns(save_patterns(patterns, paths.patterns_file(committed.version)))
         unchanged = unchanged_tables(paths, current if base_state is not None else None, layouts, kinds)
         retyped = {table_id: layout for table_id, layout in layouts.items() if table_id not in unchanged}
-        for table_id in sorted(unchanged):
-            warehouse.link_folder(paths.root / unchanged[table_id]["path"], paths.table_dir(version, table_id))
+        table_versions = {table_id: info["delta_version"] for table_id, info in unchanged.items()}
 
         def write_typed(table_id: str) -> None:
             typed = typed_table(table_state(partitioned_state, table_id), retyped[table_id])
-            typed.write.mode("overwrite").parquet(str(paths.table_dir(version, table_id)))
+            table_versions[table_id] = delta_tables.write_whole(typed, str(paths.table_dir(table_id)))
 
         # One Spark job per table: with many small tables the time goes to the driver's planning and scheduling of
         # each job, so a few run at once (Spark runs concurrent jobs from several threads; the executors' cores are
@@ -193,28 +204,46 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
                 "typed_format": TYPED_TABLE_FORMAT,
             }
         for table_id, row in counts.items():  # tables whose every key is deleted still exist, empty
-            tables.setdefault(table_id, {"rows": 0, "tombstones": row.tombstones, "key_columns": [], "columns": []})
+            if table_id not in tables:
+                tables[table_id] = {"rows": 0, "tombstones": row.tombstones, "key_columns": [], "columns": []}
+                table_versions[table_id] = _emptied(spark, paths, table_id)
         unit = f"tables typed, {len(unchanged)} unchanged tables kept" if unchanged else "tables typed"
         t = lap("type", t, len(retyped), unit=unit)
 
     # -- audit before publish: a table that fails its suite is never published; readers keep the previous version --
-    audit = _audit_tables(spark, paths, version, retyped, {t: info["rows"] for t, info in tables.items()}, run_dir)
+    try:
+        audit = _audit_tables(spark, paths, table_versions, retyped, {t: i["rows"] for t, i in tables.items()}, run_dir)
+    except QualityGateError:
+        _roll_back_unpublished(spark, paths, building_on, new_tables=set(retyped))
+        raise
     audit["unchanged_tables"] = sorted(unchanged)  # passed the suite when they were typed, in typed_in_version
     t = lap("audit", t, sum(r["success"] for r in audit["tables"].values()), len(retyped), "tables passed")
-    built_on = current["version"] if base_state is not None else None
-    pointer = warehouse.publish(paths, version, tables, spec.run_id, config.project.keep_versions, built_on)
+    entry = warehouse.published_entry(version, spec.run_id, committed.version, table_versions)
+    built_on = building_on["history"][0] if base_state is not None else None
+    pointer = warehouse.publish(paths, entry, tables, config.project.keep_versions, built_on)
+    _vacuum(spark, paths, pointer, committed=set(retyped))
     lap("publish", t, len(pointer["tables"]), unit="tables published")
 
     summary = _summary(pipeline, spec, paths, manifest, timings, started, dry_run=False)
     summary.update(
         {
             "version": pointer["version"],
-            "base_state": str(previous) if previous is not None else None,
-            "state": str(paths.state_dir(version)),
-            "state_deltas": len(layers) - 1 if layers else 0,  # runs' deltas over a base state, see state_store
-            "layouts_from_delta": night_patterns is not None,  # not from an aggregation of the whole state
-            "tables": {
-                tid: {**info, "path": str(paths.root / pointer["tables"][tid]["path"])} for tid, info in tables.items()
+            # The state versions this run read and wrote, for the reconciliation (see state_store.state_ref).
+            "base_state": state_ref(
+                paths.state_dir, building_on["state_version"], paths.patterns_file(building_on["state_version"])
+            )
+            if base_state is not None
+            else None,
+            "state": state_ref(paths.state_dir, committed.version, paths.patterns_file(committed.version)),
+            "state_merged": committed.merged,  # the changed keys merged (else written whole), see state_store
+            "layouts_from_merge": committed.patterns is not None,  # not from an aggregation of the whole state
+            "tables": {  # the folder each table's Delta version is in
+                tid: {
+                    **info,
+                    "path": str(paths.root / pointer["tables"][tid]["path"]),
+                    "delta_version": pointer["tables"][tid]["delta_version"],
+                }
+                for tid, info in tables.items()
             },
             "decoded": kinds,
             "quality": audit,
@@ -232,40 +261,44 @@ TYPE_CONFLICTS_FOLDER = "type_conflicts"
 TYPED_WRITES_AT_ONCE = 4
 
 
-def _write_state(
-    spark: SparkSession,
-    path: Path,
-    previous: Path | None,
-    base_state: DataFrame | None,
-    changes: DataFrame,
-    change_count: int,
-    pipeline: PipelineConfig,
-) -> tuple[list[Layer] | None, DataFrame | None]:
-    """Write the new version's state at ``path``: the previous state's layers and this run's delta when one more
-    fits (``state_store``), else whole. Its layers, or None when written whole (a full rebuild has no ``previous``);
-    and with a delta, the new state's patterns (``tables.state_patterns``) from the previous state's and the rows the
-    delta changed, or None where they need the whole state.
-    """
-    if previous is not None and pipeline.tombstone_retention_days is None and not truncated_tables(changes):
-        layers = state_layers(spark, previous)
-        if delta_fits(layers, change_count):
-            with changed_rows(base_state, changes) as change:
-                written = write_delta(spark, change.rows, previous, layers, path)
-                replaced = local_patterns(state_patterns(change.stored))  # while the stored rows are cached
-            delta = path / written[-1].folder if len(written) > len(layers) else None  # None: no key changed
-            return written, _patterns_after_delta(spark, previous, delta, replaced)
-    merged = merge_with_state(base_state, changes, change_count)
-    write_state(purge_tombstones(merged, pipeline.tombstone_retention_days), path)
-    return None, None
+def _roll_back_unpublished(
+    spark: SparkSession, paths: warehouse.PipelinePaths, published: dict | None, new_tables: set[str] = frozenset()
+) -> None:
+    """Undo what a run committed without publishing it: each Delta table of the pipeline goes back to the version
+    ``published`` (the pointer; None before the first publish) names, and ``new_tables`` it does not name are
+    removed. A run does this before it builds on the tables (a run that died after committing left commits no
+    pointer names) and when its audit fails."""
+    if published is not None:
+        named = {paths.state_dir: published["state_version"]}
+        named.update({paths.table_dir(t): info["delta_version"] for t, info in published["tables"].items()})
+        for path, version in named.items():
+            if version is not None and delta_tables.has_commits_after(path, version):
+                delta_tables.roll_back_to(spark, str(path), version)
+    for table_id in new_tables - set(published["tables"] if published else ()):
+        shutil.rmtree(paths.table_dir(table_id), ignore_errors=True)
 
 
-def _patterns_after_delta(spark: SparkSession, previous: Path, delta: Path | None, replaced: DataFrame):
-    """The patterns of the state at ``previous`` with the ``delta`` layer written over it in place of the stored rows
-    whose patterns are ``replaced`` (no delta: the same state); None without the previous state's patterns."""
-    kept = read_patterns(spark, previous)
-    if kept is None or delta is None:
-        return kept
-    return changed_patterns(kept, replaced, state_patterns(spark.read.parquet(str(delta))))
+def _emptied(spark: SparkSession, paths: warehouse.PipelinePaths, table_id: str) -> int | None:
+    """A table whose every key is now deleted: its typed table emptied (its columns kept); its version, or None when
+    it was never typed."""
+    path = str(paths.table_dir(table_id))
+    if not delta_tables.is_delta_table(spark, path):
+        return None
+    stored = delta_tables.read_version(spark, path)
+    if stored.isEmpty():
+        return delta_tables.latest_version(spark, path)
+    return delta_tables.write_whole(stored.limit(0), path)
+
+
+def _vacuum(spark: SparkSession, paths: warehouse.PipelinePaths, pointer: dict, committed: set[str]) -> None:
+    """Drop the files of versions the pointer no longer keeps, in the state and the tables this run committed (a
+    table this run did not touch has no newer version that replaced its files), and the unkept pattern files."""
+    oldest = warehouse.oldest_kept_versions(pointer)
+    folders = {warehouse.STATE_FOLDER: paths.state_dir, **{t: paths.table_dir(t) for t in committed}}
+    for name, folder in folders.items():
+        if oldest.get(name):  # from version 0 on: the table's every version is kept
+            delta_tables.vacuum_older_than(spark, str(folder), oldest[name])
+    warehouse.remove_unkept_patterns(paths, pointer)
 
 
 def unchanged_tables(
@@ -308,15 +341,17 @@ def _write_type_conflicts(spark: SparkSession, state: DataFrame, layouts: dict, 
     return {row.table_id: row["count"] for row in written.groupBy("table_id").count().collect()}
 
 
-def _audit_tables(spark: SparkSession, paths, version: str, layouts: dict, rows: dict[str, int], run_dir: Path) -> dict:
-    """Run the latest_state suite (key columns not null, unique) on the tables ``version`` typed (``layouts``), of
-    ``rows`` rows each."""
+def _audit_tables(
+    spark: SparkSession, paths, versions: dict[str, int], layouts: dict, rows: dict[str, int], run_dir: Path
+) -> dict:
+    """Run the latest_state suite (key columns not null, unique) on the tables this run typed (``layouts``), as of
+    the Delta ``versions`` it committed, of ``rows`` rows each."""
     data_docs = run_dir / "quality" / "data_docs"
     results = {}
     if layouts:
         runner = quality.SuiteRunner(data_docs_dir=data_docs)
         for table_id, layout in sorted(layouts.items()):
-            frame = spark.read.parquet(str(paths.table_dir(version, table_id)))
+            frame = delta_tables.read_version(spark, str(paths.table_dir(table_id)), versions[table_id])
             outcome = quality.validate_latest_state(
                 frame, list(layout.key_columns), table_id=table_id, runner=runner, rows=rows.get(table_id)
             )
@@ -324,7 +359,6 @@ def _audit_tables(spark: SparkSession, paths, version: str, layouts: dict, rows:
         runner.build_data_docs()
     failed = {table_id: r["failed"] for table_id, r in results.items() if not r["success"]}
     if failed:
-        shutil.rmtree(paths.version_dir(version), ignore_errors=True)
         problems = "; ".join(f"{table_id}: {', '.join(f)}" for table_id, f in failed.items())
         raise QualityGateError(
             f"suite {quality.SUITE_LATEST_STATE} failed, nothing was published and the previous version stays: "
@@ -454,6 +488,7 @@ def _summary(pipeline, spec, paths, manifest, timings, started, dry_run: bool) -
         "missing_offsets": manifest["missing_offsets"],
         "manifest_path": str(paths.run_file(spec.run_id, "manifest.json")),
         "files": len(manifest["files"]),
+        "unreadable_files": len(manifest["unreadable_files"]),
         "timings_s": timings,
         "elapsed_s": round(time.time() - started, 3),
     }

@@ -75,7 +75,7 @@ from pyspark.sql import functions as F
 from cdcreplay import schema
 from cdcreplay.compaction import ORDER_FIELDS, event_order, latest_rows, partial_event
 from cdcreplay.spark import vectorized_parquet_reads
-from cdcreplay.state_store import read_patterns, read_state
+from cdcreplay.state_store import read_patterns_ref, read_state_ref
 
 STATUS_MATCH = "match"
 STATUS_MISMATCH = "mismatch"
@@ -908,10 +908,11 @@ def read_changelog(spark: SparkSession, changelog_path: str | list[str]) -> Data
     return spark.read.parquet(*[str(p) for p in paths]).select(*_contract_columns())
 
 
-def read_history(spark: SparkSession, base_state_path: str | Path) -> History:
-    """The base state (earlier history) relabelled as incremental events, with its facts: from the patterns kept
-    with the state (a small file), or an aggregation of its rows for a state written without them."""
-    base = read_state(spark, base_state_path)
+def read_history(spark: SparkSession, base_state: dict) -> History:
+    """The base state (earlier history; ``base_state`` as ``state_store.state_ref`` names it) relabelled as
+    incremental events, with its facts: from the patterns kept with the state (a small file), or an aggregation of
+    its rows for a state written without them."""
+    base = read_state_ref(spark, base_state)
     # The base state is the compacted result of earlier runs: one row per key, tombstones flagged `deleted`.
     # A row whose winning event was a snapshot read is still plain state here, not part of any epoch of this run:
     # relabel it as an insert (its image is complete) and tombstones as deletes.
@@ -922,7 +923,7 @@ def read_history(spark: SparkSession, base_state_path: str | Path) -> History:
         .when(F.col("op") == schema.OP_SNAPSHOT, F.lit(schema.OP_INSERT))
         .otherwise(F.col("op")),
     ).select(*_contract_columns())
-    patterns = read_patterns(spark, Path(base_state_path))
+    patterns = read_patterns_ref(spark, base_state)
     return History(events, history_facts_from_patterns(patterns) if patterns is not None else history_facts(events))
 
 
@@ -1008,7 +1009,7 @@ def run_reconciliation(
     spark: SparkSession,
     run_dir: Path,
     changelog_path: str | list[str],
-    base_state_path: str | None = None,
+    base_state: dict | None = None,
     expectations_dir: Path | None = None,
 ) -> dict:
     """Reconcile a run's changelog, write ``run_dir/reconcile/{diff/,metrics.json,report.md,data_docs/}``.
@@ -1031,7 +1032,7 @@ def run_reconciliation(
         changelog = read_changelog(spark, changelog_path)
         # Epochs are made of the run's own snapshot reads (the base state's rows are history, never an epoch): a
         # night without a snapshot has nothing to compare, and reading the whole state would only say so.
-        history = read_history(spark, base_state_path) if base_state_path and has_snapshot_rows(changelog) else None
+        history = read_history(spark, base_state) if base_state and has_snapshot_rows(changelog) else None
         plan = plan_reconciliation(changelog, history=history)
         plan.diff.write.mode("overwrite").parquet(str(diff_path))
         # The metrics, the suite and the report's sample read the diff as written: it is computed once, and not

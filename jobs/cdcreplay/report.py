@@ -21,6 +21,8 @@ def render_replay(summaries: list[dict]) -> str:
             f"{head}: read {s['records_read']} records ({s['duplicates']} duplicates, {s['missing_offsets']} missing "
             f"offsets) from {s['files']} files; the replay took {s['elapsed_s']:.1f}s"
         )
+        if s.get("unreadable_files"):
+            lines.append(f"  {s['unreadable_files']} unreadable archive files left out (listed in the manifest)")
         decoded = s.get("decoded")
         if not decoded:
             lines.append("  no records in the selected range: the published state is unchanged")

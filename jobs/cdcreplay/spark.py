@@ -7,7 +7,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from cdcreplay.jars import installed_jars
+from cdcreplay.jars import DELTA_JARS, installed_jars, jar_path
 
 # pyspark 4.2.0 deadlocks when a Python UDF / mapInArrow reads straight from a vectorized Parquet scan
 # (shared/environment.md). Every Python-side decoder sits on that path, so the row-based reader is the default;
@@ -23,6 +23,14 @@ SAFE_DEFAULTS = {
     "spark.sql.chunkBase64String.enabled": "false",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.ui.showConsoleProgress": "false",
+    # The published tables and the state are Delta tables (cdcreplay.delta_tables): Delta's SQL and its catalog.
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    # keep_versions decides which versions stay readable, not a fixed week: vacuum may drop younger files.
+    "spark.databricks.delta.retentionDurationCheck.enabled": "false",
+    # Reading a table's log is a Spark job of this many tasks (default 50): the logs here are small, and 50 tasks
+    # per read cost most of a small run's time on two cores.
+    "spark.databricks.delta.snapshotPartitions": "2",
 }
 # The JVM's garbage collector, for a driver this package starts itself (local runs, the tests, the benchmark) and for
 # the DAG's spark-submit runs (dags/cdc_replay_nightly.py says the same for driver and executors): the throughput
@@ -58,9 +66,13 @@ def build_session(app_name: str = "cdcreplay", master: str | None = None, extra:
     if master:
         # The pinned optional jars set-up fetched (cdcreplay.jars): this process starts the JVM, so they reach the
         # driver's classpath. Under spark-submit they come from its --jars (the DAG's `jars`).
-        jars = installed_jars()
-        if jars:
-            defaults[JARS] = ",".join(jars)
+        missing = [str(jar_path(jar)) for jar in DELTA_JARS if not jar_path(jar).is_file()]
+        if missing:
+            raise RuntimeError(
+                f"Delta Lake's jars are missing ({', '.join(missing)}): run scripts/setup.sh, or "
+                "`python -m cdcreplay.jars` (CDCREPLAY_JARS_DIR names another folder)"
+            )
+        defaults[JARS] = ",".join(installed_jars())
     for key, value in {**defaults, **(extra or {})}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()

@@ -52,7 +52,7 @@ def state_patterns(rows: DataFrame) -> DataFrame:
 
 def changed_patterns(previous: DataFrame, replaced: DataFrame, written: DataFrame) -> DataFrame | None:
     """The patterns of a state that is ``previous``'s state with the rows whose patterns are ``replaced`` swapped for
-    rows whose patterns are ``written`` (a night's delta: the changed keys' stored rows, and their new rows). All
+    rows whose patterns are ``written`` (a night's merge: the changed keys' stored rows, and their new rows). All
     three are :func:`state_patterns` frames, and small: this is a night's cost, not the state's.
 
     Counts add up. A pattern's newest event may be one of the replaced rows, though, and then its new newest is one

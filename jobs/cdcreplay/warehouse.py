@@ -1,11 +1,13 @@
-"""Where things live in the warehouse, and the atomic publish of a pipeline's tables.
+"""Where things live in the warehouse, and the publish of a pipeline's tables as one consistent set.
 
 Layout under ``<warehouse>/<pipeline>/``::
 
-    _CURRENT.json                       the published version: which folder holds each table (replaced atomically)
-    versions/<version>/state/           compacted state in changelog form (live rows, tombstones), by table_id hash;
-                                        whole, or a base plus the deltas of the runs since (see state_store.py)
-    versions/<version>/tables/<table>/  the typed latest-state table users read (Parquet)
+    _CURRENT.json                       the published version: the Delta version of each table and of the state,
+                                        and the versions kept readable (replaced atomically)
+    state/                              Delta table: the compacted state in changelog form (live rows, tombstones),
+                                        partitioned by a hash of table_id; written by state_store
+    patterns/<state version>.json       what the type stage needs of the whole state, as of that state version
+    tables/<table>/                     Delta table: the typed latest-state table users read, with any Delta reader
     runs/<run_id>/manifest.json         what was read: files, offsets per partition, gaps, duplicates
     runs/<run_id>/summary.json          counts per stage and table, the published version, the verdict
     runs/<run_id>/decoded/record_kind=changelog/    this run's decoded row changes (input of reconciliation)
@@ -14,9 +16,12 @@ Layout under ``<warehouse>/<pipeline>/``::
     runs/<run_id>/type_conflicts/       live rows held back from their table: a stored value no longer fits its type
     runs/<run_id>/reconcile/            diff/, metrics.json, report.md, data_docs/
 
-A reader never sees a half-written table: a run writes a new ``versions/<version>`` folder and only then swaps
-``_CURRENT.json`` (write to a temporary file, fsync, ``os.replace``). A failed run leaves the previous pointer.
-``_LOCK.json`` is held while a run writes (see :func:`pipeline_lock`).
+Each Delta commit is atomic, but a run commits several tables: readers who need one run's tables together (the
+reconciliation, ``read_table``, ``cdcreplay show-table``) read each table as of the version ``_CURRENT.json`` names.
+A run writes the pointer (temporary file, fsync, ``os.replace``) only after every commit and the audit; a run that
+fails or dies before it leaves the previous pointer, and its commits are rolled back before the next run builds on
+the tables (``delta_tables.roll_back_to``). Versions older than the ``keep_versions`` newest published ones are
+vacuumed. ``_LOCK.json`` is held while a run writes (see :func:`pipeline_lock`).
 """
 
 from __future__ import annotations
@@ -35,6 +40,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 CURRENT_FILE = "_CURRENT.json"
+STATE_FOLDER = "state"
+TABLES_FOLDER = "tables"
+PATTERNS_FOLDER = "patterns"
+# The folder of every version before the tables were Delta tables (one Parquet copy of the state and tables each).
+LEGACY_VERSIONS_FOLDER = "versions"
 LOCK_FILE = "_LOCK.json"
 # A lock older than this is taken to belong to a run that died on another machine (where its pid cannot be checked).
 LOCK_STALE_AFTER_S = 6 * 3600
@@ -87,14 +97,15 @@ class PipelinePaths:
     def lock_file(self) -> Path:
         return self.root / LOCK_FILE
 
-    def version_dir(self, version: str) -> Path:
-        return self.root / "versions" / version
+    @property
+    def state_dir(self) -> Path:
+        return self.root / STATE_FOLDER
 
-    def state_dir(self, version: str) -> Path:
-        return self.version_dir(version) / "state"
+    def patterns_file(self, state_version: int) -> Path:
+        return self.root / PATTERNS_FOLDER / f"{state_version}.json"
 
-    def table_dir(self, version: str, table_id: str) -> Path:
-        return self.version_dir(version) / "tables" / table_folder_name(table_id)
+    def table_dir(self, table_id: str) -> Path:
+        return self.root / TABLES_FOLDER / table_folder_name(table_id)
 
     def run_dir(self, run_id: str) -> Path:
         return self.root / "runs" / _folder(run_id, "run id")
@@ -130,82 +141,122 @@ def write_json_atomically(path: Path, document: dict) -> None:
         raise
 
 
+def is_legacy(current: dict) -> bool:
+    """A pointer written before the tables were Delta tables (it names Parquet folders under ``versions/``)."""
+    return "state_version" not in current
+
+
+def published_entry(version: str, run_id: str, state_version: int, table_versions: dict[str, int]) -> dict:
+    """One published version as the pointer's history keeps it: the Delta version of the state and of each table."""
+    return {"version": version, "run_id": run_id, "state_version": state_version, "tables": table_versions}
+
+
 def publish(
     paths: PipelinePaths,
-    version: str,
+    entry: dict,
     tables: dict[str, dict],
-    run_id: str,
     keep_versions: int,
-    built_on: str | None = None,
+    built_on: dict | None = None,
 ) -> dict:
-    """Point readers at ``version`` in one atomic step, then drop every version folder that is not one of the newest
-    ``keep_versions`` published ones -- including the half-written folder of a run that crashed before publishing.
+    """Point readers at the published version ``entry`` (see :func:`published_entry`) in one atomic step; the pointer.
 
-    ``built_on``: the version whose state this run compacted onto. It stays on disk until the next publish, whatever
-    ``keep_versions`` says: the run's reconciliation reads that state as the history before the run's changes."""
+    ``tables``: what the summary says of each table, written beside its path and Delta version. The pointer's
+    history keeps the ``keep_versions`` newest published versions, which stay readable (see
+    :func:`oldest_kept_versions`). ``built_on``: the published version this run compacted onto. It stays readable
+    until the next publish, whatever ``keep_versions`` says: the run's reconciliation reads that state as the history
+    before the run's changes.
+    """
     previous = read_current(paths)
-    published_before = (previous.get("history") or [previous["version"]]) if previous else []
-    history = [version, *(v for v in published_before if v != version)][:keep_versions]
+    published_before = previous.get("history", []) if previous and not is_legacy(previous) else []
+    history = [entry, *(e for e in published_before if e["version"] != entry["version"])][:keep_versions]
     pointer = {
-        "version": version,
-        "run_id": run_id,
+        "version": entry["version"],
+        "run_id": entry["run_id"],
         "published_at": datetime.now(UTC).isoformat(),
-        "state": str(paths.state_dir(version).relative_to(paths.root)),
+        "state": STATE_FOLDER,
+        "state_version": entry["state_version"],
         "tables": {
-            table_id: {**info, "path": str(paths.table_dir(version, table_id).relative_to(paths.root))}
+            table_id: {
+                **info,
+                "path": str(paths.table_dir(table_id).relative_to(paths.root)),
+                "delta_version": entry["tables"][table_id],
+            }
             for table_id, info in sorted(tables.items())
         },
-        "history": history,  # newest first; the versions kept on disk
+        "history": history,  # newest first; the versions kept readable
     }
-    kept = set(history)
-    if built_on is not None and built_on not in kept:
+    if built_on is not None and all(e["version"] != built_on["version"] for e in history):
         pointer["built_on"] = built_on  # kept beside the history until the next publish
-        kept.add(built_on)
     write_json_atomically(paths.current_file, pointer)
-    _remove_versions_except(paths, keep=kept)
+    shutil.rmtree(paths.root / LEGACY_VERSIONS_FOLDER, ignore_errors=True)  # an earlier release's copies
     return pointer
 
 
-def _remove_versions_except(paths: PipelinePaths, keep: set[str]) -> None:
-    versions_root = paths.root / "versions"
-    if not versions_root.is_dir():
-        return
-    for folder in versions_root.iterdir():
-        if folder.is_dir() and folder.name not in keep:
-            shutil.rmtree(folder, ignore_errors=True)
+def kept_entries(pointer: dict) -> list[dict]:
+    """The published versions the pointer keeps readable: its history, and the version its run built on."""
+    return [*pointer["history"], *([pointer["built_on"]] if "built_on" in pointer else [])]
 
 
-def link_folder(source: Path, target: Path) -> None:
-    """Give the new version's folder ``target`` (a table's, a state layer's) the files of the published folder
-    ``source``, unchanged.
-
-    Hard links: no data is copied, and the files stay when ``source``'s version is removed (a file is deleted with
-    its last link). Where the file system has no hard links (or ``source`` is on another one), the files are copied.
-    """
-    for folder, _subfolders, files in os.walk(source):
-        into = target / Path(folder).relative_to(source)
-        into.mkdir(parents=True, exist_ok=True)
-        for name in files:
-            try:
-                os.link(Path(folder) / name, into / name)
-            except OSError:
-                shutil.copy2(Path(folder) / name, into / name)
+def oldest_kept_versions(pointer: dict) -> dict[str, int]:
+    """Per Delta table of the pipeline (the state as ``STATE_FOLDER``, tables by id): the oldest version to keep."""
+    oldest: dict[str, int] = {}
+    for entry in kept_entries(pointer):
+        for name, version in [(STATE_FOLDER, entry["state_version"]), *entry["tables"].items()]:
+            oldest[name] = min(version, oldest.get(name, version))
+    return oldest
 
 
-def published_table_path(paths: PipelinePaths, table_id: str) -> str:
-    """Folder of the published typed table, or a clear error naming what is published."""
+def remove_unkept_patterns(paths: PipelinePaths, pointer: dict) -> None:
+    """Drop the pattern files of state versions no kept version reads."""
+    kept = {f"{entry['state_version']}.json" for entry in kept_entries(pointer)}
+    folder = paths.root / PATTERNS_FOLDER
+    for file in folder.iterdir() if folder.is_dir() else ():
+        if file.name not in kept:
+            file.unlink(missing_ok=True)
+
+
+def published_table(paths: PipelinePaths, table_id: str) -> tuple[str, int]:
+    """The published typed table's Delta folder and version, or a clear error naming what is published."""
     current = read_current(paths)
     if current is None:
         raise FileNotFoundError(f"pipeline {paths.pipeline!r} has not published anything under {paths.root} yet")
+    if is_legacy(current):
+        raise FileNotFoundError(
+            f"pipeline {paths.pipeline!r} was published by an earlier release (Parquet under versions/): run it "
+            "once with --full-rebuild to publish Delta tables"
+        )
     if table_id not in current["tables"]:
         known = ", ".join(sorted(current["tables"])) or "(none)"
         raise KeyError(f"table {table_id!r} is not published by pipeline {paths.pipeline!r}; published: {known}")
-    return str(paths.root / current["tables"][table_id]["path"])
+    info = current["tables"][table_id]
+    return str(paths.root / info["path"]), info["delta_version"]
 
 
 def read_table(spark, warehouse: str, pipeline: str, table_id: str):
-    """The published latest-state table as a DataFrame (the documented way to read one from Spark)."""
-    return spark.read.parquet(published_table_path(PipelinePaths(warehouse, pipeline), table_id))
+    """The published latest-state table as a DataFrame, as of the published version (the documented way to read
+    one from Spark; ``spark.read.format("delta").load(folder)`` reads its newest commit)."""
+    from cdcreplay.delta_tables import read_version
+
+    path, version = published_table(PipelinePaths(warehouse, pipeline), table_id)
+    return read_version(spark, path, version)
+
+
+def published_rows(paths: PipelinePaths, table_id: str):
+    """The published table as a pyarrow Table, read without Spark (delta-rs), as of the published version.
+
+    Through delta-rs's query engine rather than ``to_pyarrow_table``: that one refuses tables whose protocol allows
+    deletion vectors."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, QueryBuilder
+
+    path, version = published_table(paths, table_id)
+    if version is None:  # every key deleted before the table was ever typed: no columns, no rows
+        return pa.table({})
+    rows = QueryBuilder().register("published", DeltaTable(path, version=version)).execute("SELECT * FROM published")
+    table = pa.table(rows.read_all())
+    # Its engine hands text and bytes out as Arrow's view types, which pandas-era readers (and Spark) do not take.
+    plain = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}
+    return table.cast(pa.schema([field.with_type(plain.get(field.type, field.type)) for field in table.schema]))
 
 
 class PipelineBusyError(RuntimeError):

@@ -1,0 +1,122 @@
+"""The Delta Lake operations the warehouse is built of: write whole, merge, read a version, roll back, vacuum.
+
+Every published table and the state is a Delta table, so any engine that reads Delta (Spark SQL, delta-rs and
+pandas, DuckDB, Trino) reads them without this package, and a run's commits are atomic per table. A pipeline's
+*published version* is a set of table versions (``_CURRENT.json``, see ``warehouse``): readers who need one run's
+tables together read each as of the version recorded there, and a run that died after committing some tables is
+rolled back (``roll_back_to``) before the next run builds on them.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+DELTA = "delta"
+# Deletion vectors: a MERGE that changes a few rows of a large file marks them deleted instead of rewriting the file.
+# On for the tables a run merges into (the state); the typed tables are written whole, and without them more
+# readers can read them (delta-rs's Arrow reader refuses a table whose protocol allows them).
+DELETION_VECTORS = "delta.enableDeletionVectors"
+# A vacuum lists every file of the table (seconds, even for a small one). Its retention is at least an hour (below),
+# so while the oldest kept version is younger than that it could only free files removed over an hour before it:
+# those wait for the next run's vacuum, and the runs of a busy hour (backfills, reruns, tests) skip the listing.
+VACUUM_MIN_AGE_S = 3600
+
+
+def _table(spark: SparkSession, path: str):
+    from delta.tables import DeltaTable
+
+    return DeltaTable.forPath(spark, path)
+
+
+def is_delta_table(spark: SparkSession, path: str) -> bool:
+    from delta.tables import DeltaTable
+
+    return DeltaTable.isDeltaTable(spark, path)
+
+
+def latest_version(spark: SparkSession, path: str) -> int:
+    """The version of the table's newest commit."""
+    return _table(spark, path).history(1).select("version").first()[0]
+
+
+def has_commits_after(path: Path | str, version: int) -> bool:
+    """Whether the table has a commit after ``version``: the Delta log names each commit by its version, so this is
+    one look for a file, not a read of the log."""
+    return (Path(path) / "_delta_log" / f"{version + 1:020d}.json").exists()
+
+
+def read_version(spark: SparkSession, path: str, version: int | None = None) -> DataFrame:
+    """The table as of ``version`` (its newest commit when None)."""
+    reader = spark.read.format(DELTA)
+    if version is not None:
+        reader = reader.option("versionAsOf", version)
+    return reader.load(path)
+
+
+def write_whole(rows: DataFrame, path: str, partition_by: tuple[str, ...] = (), deletion_vectors: bool = False) -> int:
+    """Replace the table's rows (and its schema) with ``rows`` in one commit, creating it if need be; the new version.
+
+    The files the old version read stay until a vacuum drops them, so a reader of an older version is not disturbed.
+    """
+    # The whole table, whatever partitions ``rows`` has: the session's dynamic partition overwrite is for Parquet.
+    writer = rows.write.format(DELTA).mode("overwrite").option("overwriteSchema", "true")
+    writer = writer.option("partitionOverwriteMode", "static")
+    if deletion_vectors:
+        writer = writer.option(DELETION_VECTORS, "true")
+    if partition_by:
+        writer = writer.partitionBy(*partition_by)
+    writer.save(path)
+    return latest_version(rows.sparkSession, path)
+
+
+def merge_rows(rows: DataFrame, path: str, on: tuple[str, ...]) -> int:
+    """Upsert ``rows`` into the table: a row whose ``on`` columns match a stored row replaces it, any other row is
+    added; one commit. ``rows`` must hold each ``on`` combination at most once. The new version."""
+    condition = " AND ".join(f"stored.`{name}` <=> changed.`{name}`" for name in on)
+    (
+        _table(rows.sparkSession, path)
+        .alias("stored")
+        .merge(rows.alias("changed"), condition)
+        .whenMatchedUpdateAll()
+        .whenNotMatchedInsertAll()
+        .execute()
+    )
+    return latest_version(rows.sparkSession, path)
+
+
+def roll_back_to(spark: SparkSession, path: str, version: int) -> bool:
+    """Make ``version`` the table's newest content again when later commits exist (a run that committed and then
+    failed or died before publishing); whether anything was rolled back. The rollback is itself a commit."""
+    if latest_version(spark, path) <= version:
+        return False
+    _table(spark, path).restoreToVersion(version)
+    return True
+
+
+def vacuum_older_than(spark: SparkSession, path: str, oldest_kept: int) -> None:
+    """Delete the files no version from ``oldest_kept`` on reads (and files of runs that died before committing,
+    once they are older than that version).
+
+    Delta's vacuum deletes what was removed (or never committed) before a retention period, so the period is the age
+    of the oldest kept version's commit: every file a kept version reads was removed after that commit, or not at
+    all. Delta counts the period in whole hours (it rounds), so it is rounded up: what was removed less than an hour
+    before that commit goes at a later vacuum.
+    """
+    history = _table(spark, path).history().where(f"version = {oldest_kept}")
+    committed = history.select(F.col("timestamp").cast("double").alias("epoch_s")).first()
+    if committed is None:
+        return  # the version's log entry is gone already: nothing to measure the retention from
+    now = time.time()
+    if now - committed.epoch_s < VACUUM_MIN_AGE_S:
+        return  # see VACUUM_MIN_AGE_S
+    _table(spark, path).vacuum(retention_hours(committed.epoch_s, now))
+
+
+def retention_hours(oldest_kept_epoch_s: float, now_epoch_s: float) -> int:
+    """The whole hours of retention that keep every file removed after ``oldest_kept_epoch_s`` (see above)."""
+    return max(math.ceil((now_epoch_s - oldest_kept_epoch_s) / 3600), 0)
