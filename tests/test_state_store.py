@@ -14,9 +14,9 @@ from pathlib import Path
 from archive_helpers import Record, pipeline_config, write_parquet
 from test_compaction import change, frame, whole_state
 
-from cdcreplay import delta_tables, state_store
+from cdcreplay import delta_tables, pipeline, state_store
 from cdcreplay.compaction import CARRY_OVER_MAX_CHANGES, changed_rows, latest_rows
-from cdcreplay.entrypoints import EXIT_OK, reconcile_main, replay_main
+from cdcreplay.entrypoints import EXIT_ERROR, EXIT_OK, reconcile_main, replay_main
 from cdcreplay.state_store import (
     commit_state,
     local_patterns,
@@ -168,7 +168,8 @@ def published(spark, root) -> dict[str, list[dict]]:
     return {t: sorted((r.asDict() for r in read_table(spark, warehouse, "p", t).collect()), key=str) for t in tables}
 
 
-def test_nights_merge_until_a_limit_and_publish_what_a_full_rebuild_does(spark, tmp_path, caplog):
+def test_nights_merge_until_a_limit_and_publish_what_a_full_rebuild_does(spark, tmp_path, caplog, monkeypatch):
+    monkeypatch.setattr(pipeline, "TYPED_MERGE_MIN_ROWS", 0)  # the typed tables too are merged where the state is
     with caplog.at_level(logging.INFO, logger="cdcreplay.progress"):
         summaries = replay_nights(tmp_path, "nightly", sorted(NIGHTS.items()))
     # night 1 a full rebuild; 2 and 3 merge; 4 truncates: whole; 5 merges onto that; 6 too many changes: whole.
@@ -194,6 +195,39 @@ def test_nights_merge_until_a_limit_and_publish_what_a_full_rebuild_does(spark, 
         nightly = summaries[night - 1]["state"]
         assert whole_state(read_state_ref(spark, nightly)) == whole_state(read_state_ref(spark, rebuilt["state"]))
     assert published(spark, tmp_path / "nightly") == published(spark, tmp_path / "rebuilt-6")
+    # Table a is merged on the nights the state is (its keys' rows replaced, added and deleted): nights 2, 3 and 5;
+    # night 4 truncates b alone (a gets no commit), night 6 writes the state and a whole.
+    operations = [
+        r.operation
+        for r in spark.sql(f"DESCRIBE HISTORY delta.`{tmp_path}/nightly/warehouse/p/tables/shop.a`")
+        .orderBy("version")
+        .collect()
+    ]
+    assert operations == ["WRITE", "MERGE", "MERGE", "MERGE", "WRITE"]
+
+
+def test_a_merge_that_would_fold_two_keys_into_one_typed_row_is_written_whole_and_refused(spark, tmp_path, monkeypatch):
+    """Keys "1" and "01" are two keys of the state but one int: a merge would update the typed row of key 1 with
+    key "01"'s row, and the table would silently hold one row for two keys. The run writes the table whole instead,
+    and the audit refuses it, as it refuses a full rebuild of the same rows."""
+    monkeypatch.setattr(pipeline, "TYPED_MERGE_MIN_ROWS", 0)
+    night_2 = [canal(2, "INSERT", [{"id": "01", "v": "a01"}])]
+    replay_nights(tmp_path, "folded", [(1, NIGHTS[1])])
+    root = tmp_path / "folded"
+    paths = PipelinePaths(str(root / "warehouse"), "p")
+    before = read_current(paths)
+    write_parquet(
+        [dataclasses.replace(r, timestamp=datetime(2026, 1, 2, 12, tzinfo=UTC)) for r in night_2],
+        root / "archive" / "day2" / "p.parquet",
+    )
+    options = ["--start", "2026-01-02T00:00:00+00:00"]
+    assert replay_main(["--config", str(root / "p.yaml"), "--run-id", "n2", *options]) == EXIT_ERROR
+    assert read_current(paths) == before
+    table = str(paths.table_dir("shop.a"))
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").orderBy("version").collect()
+    assert [r.operation for r in history] == ["WRITE", "MERGE", "WRITE", "RESTORE"]  # merged, rewritten, rolled back
+    newest = spark.read.format("delta").load(table)
+    assert sorted((r.id, r.v) for r in newest.collect()) == [(k, f"a{k}") for k in range(1, 11)]
 
 
 def test_a_pipeline_that_purges_tombstones_writes_its_state_whole(spark, tmp_path):

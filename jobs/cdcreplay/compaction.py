@@ -216,9 +216,7 @@ def _split_by_change(
     """(rows of ``previous_state`` the changes leave as they are, new rows of the keys they change); ``stored_rows``
     is given the previous rows of the changed keys before they are compacted with the changes."""
     previous = previous_state.select(*S.CHANGELOG_COLUMNS, "deleted")
-    named = F.broadcast(
-        changes.where(F.col("op").isin(*S.ROW_OPS) & F.col("key").isNotNull()).select("table_id", "key").distinct()
-    )
+    named = F.broadcast(changed_keys(changes))
     truncated = truncated_tables(changes)
     in_truncated_table = F.col("table_id").isin(truncated) if truncated else F.lit(False)
     untouched = previous.where(~in_truncated_table).join(named, ["table_id", "key"], "left_anti")
@@ -229,6 +227,11 @@ def _split_by_change(
     )
     changed = latest_rows(reworked.drop("deleted").unionByName(changes.select(*S.CHANGELOG_COLUMNS)))
     return untouched, changed
+
+
+def changed_keys(changes: DataFrame) -> DataFrame:
+    """The (table_id, key) pairs a run's row changes name."""
+    return changes.where(F.col("op").isin(*S.ROW_OPS) & F.col("key").isNotNull()).select("table_id", "key").distinct()
 
 
 def truncated_tables(changes: DataFrame) -> list[str]:

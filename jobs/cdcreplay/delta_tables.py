@@ -89,6 +89,28 @@ def merge_rows(rows: DataFrame, path: str, on: tuple[str, ...]) -> int:
     return latest_version(rows.sparkSession, path)
 
 
+def merge_flagged(rows: DataFrame, path: str, on: tuple[str, ...], flag: str) -> int:
+    """Apply ``rows`` to the table by their ``on`` columns: a row whose ``flag`` is true replaces or adds the stored
+    row, one whose flag is false deletes it; one commit. The new version."""
+    condition = " AND ".join(f"stored.`{name}` <=> changed.`{name}`" for name in on)
+    values = {f"`{name}`": f"changed.`{name}`" for name in rows.columns if name != flag}
+    (
+        _table(rows.sparkSession, path)
+        .alias("stored")
+        .merge(rows.alias("changed"), condition)
+        .whenMatchedDelete(condition=f"NOT changed.`{flag}`")
+        .whenMatchedUpdate(set=values)
+        .whenNotMatchedInsert(condition=f"changed.`{flag}`", values=values)
+        .execute()
+    )
+    return latest_version(rows.sparkSession, path)
+
+
+def row_count(spark: SparkSession, path: str, version: int) -> int:
+    """The table's rows as of ``version`` (from the files' statistics in the log where Delta has them)."""
+    return read_version(spark, path, version).count()
+
+
 def roll_back_to(spark: SparkSession, path: str, version: int) -> bool:
     """Make ``version`` the table's newest content again when later commits exist (a run that committed and then
     failed or died before publishing); whether anything was rolled back. The rollback is itself a commit."""

@@ -15,6 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdcreplay import archive, delta_tables, progress, quality, warehouse
+from cdcreplay.compaction import changed_keys
 from cdcreplay.config import ConfigError, LoadedConfig, PipelineConfig
 from cdcreplay.formats import REGISTRY, decoder_module
 from cdcreplay.formats.common import DECODED_DDL, KIND_CHANGE, KIND_CONTROL, KIND_QUARANTINE
@@ -32,11 +33,13 @@ from cdcreplay.state_store import (
     table_state,
 )
 from cdcreplay.tables import (
+    PUBLISHED,
     TYPED_TABLE_FORMAT,
     TableLayout,
     layouts_of_patterns,
     state_patterns,
     type_conflicts,
+    typed_changes,
     typed_table,
 )
 
@@ -178,10 +181,18 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
         unchanged = unchanged_tables(paths, current if base_state is not None else None, layouts, kinds)
         retyped = {table_id: layout for table_id, layout in layouts.items() if table_id not in unchanged}
         table_versions = {table_id: info["delta_version"] for table_id, info in unchanged.items()}
+        merged_tables = _typed_merges(current if committed.merged else None, retyped, counts, kinds)
+        night_keys = F.broadcast(changed_keys(changes)) if merged_tables else None
 
         def write_typed(table_id: str) -> None:
-            typed = typed_table(table_state(partitioned_state, table_id), retyped[table_id])
-            table_versions[table_id] = delta_tables.write_whole(typed, str(paths.table_dir(table_id)))
+            rows = table_state(partitioned_state, table_id)
+            path = str(paths.table_dir(table_id))
+            if table_id in merged_tables:
+                changed = typed_changes(rows.join(night_keys, ["table_id", "key"], "left_semi"), retyped[table_id])
+                on = tuple(retyped[table_id].key_columns)
+                table_versions[table_id] = delta_tables.merge_flagged(changed, path, on, PUBLISHED)
+            else:
+                table_versions[table_id] = delta_tables.write_whole(typed_table(rows, retyped[table_id]), path)
 
         # One Spark job per table: with many small tables the time goes to the driver's planning and scheduling of
         # each job, so a few run at once (Spark runs concurrent jobs from several threads; the executors' cores are
@@ -191,6 +202,14 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
                 done.result()  # the first failure ends the run, as one written in sequence would
         conflicts = _write_type_conflicts(spark, state, retyped, run_dir / TYPE_CONFLICTS_FOLDER)
         conflicts.update({table_id: info.get("type_conflicts", 0) for table_id, info in unchanged.items()})
+        for table_id in sorted(merged_tables):
+            # A merge matches typed keys: two keys of the state that type to one value (text "01" and "1" in an int
+            # column) would be one row of the table. Such a table is written whole, and its audit names the keys.
+            expected = counts[table_id].rows - conflicts.get(table_id, 0)
+            path = str(paths.table_dir(table_id))
+            if delta_tables.row_count(spark, path, table_versions[table_id]) != expected:
+                typed = typed_table(table_state(partitioned_state, table_id), retyped[table_id])
+                table_versions[table_id] = delta_tables.write_whole(typed, path)
         tables: dict[str, dict] = {}
         for table_id, layout in layouts.items():
             tables[table_id] = {
@@ -278,6 +297,31 @@ def _roll_back_unpublished(
         shutil.rmtree(paths.table_dir(table_id), ignore_errors=True)
 
 
+# A typed table is merged with its changed keys' rows, instead of written whole, from this many rows on, when a night
+# changes at most TYPED_MERGE_MAX_SHARE of them: below, a rewrite costs less than a merge's join (a small table's
+# merge costs ~1.5 s of Delta's own work against ~0.4 s for its rewrite).
+TYPED_MERGE_MIN_ROWS = 100_000
+TYPED_MERGE_MAX_SHARE = 0.5
+
+
+def _typed_merges(published: dict | None, retyped: dict[str, TableLayout], counts: dict, kinds: dict) -> set[str]:
+    """The tables a run merges its changed keys into (see TYPED_MERGE_MIN_ROWS): published as typed before, with
+    the columns, key and typed format they have now. ``published`` is None when the run wrote the state whole."""
+    if published is None:
+        return set()
+    merged = set()
+    for table_id, layout in retyped.items():
+        info = published["tables"].get(table_id)
+        if (
+            _typed_alike(info, layout)
+            and info.get("delta_version") is not None
+            and counts[table_id].rows >= TYPED_MERGE_MIN_ROWS
+            and kinds["changes_by_table"].get(table_id, 0) <= counts[table_id].rows * TYPED_MERGE_MAX_SHARE
+        ):
+            merged.add(table_id)
+    return merged
+
+
 def _emptied(spark: SparkSession, paths: warehouse.PipelinePaths, table_id: str) -> int | None:
     """A table whose every key is now deleted: its typed table emptied (its columns kept); its version, or None when
     it was never typed."""
@@ -317,16 +361,24 @@ def unchanged_tables(
     for table_id, layout in layouts.items():
         info = current["tables"].get(table_id)
         if (
-            info is None
+            not _typed_alike(info, layout)
             or kinds["changes_by_table"].get(table_id)
-            or info.get("typed_format") != TYPED_TABLE_FORMAT
-            or info.get("key_columns") != list(layout.key_columns)
-            or info.get("columns") != [list(column) for column in layout.columns]
             or not (paths.root / info["path"]).is_dir()
         ):
             continue
         unchanged[table_id] = info
     return unchanged
+
+
+def _typed_alike(info: dict | None, layout: TableLayout) -> bool:
+    """Whether a table published as ``info`` (the pointer's entry) was typed with ``layout``'s columns and key, by a
+    release that types as this one does."""
+    return (
+        info is not None
+        and info.get("typed_format") == TYPED_TABLE_FORMAT
+        and info.get("key_columns") == list(layout.key_columns)
+        and info.get("columns") == [list(column) for column in layout.columns]
+    )
 
 
 def _write_type_conflicts(spark: SparkSession, state: DataFrame, layouts: dict, folder: Path) -> dict[str, int]:

@@ -191,15 +191,36 @@ def typed_table(state: DataFrame, layout: TableLayout) -> DataFrame:
     Rows with a type conflict (``conflicting_columns``) are held back: see ``type_conflicts``.
     """
     live = _live_rows(state, layout).where(~has_type_conflict(layout))
-    return live.select(
-        *[typed_value(F.col("after"), name, spark_type) for name, spark_type in layout.columns],
+    return live.select(*_typed_columns(layout, F.col("after")))
+
+
+# The flag of typed_changes: whether the typed table holds the key's row.
+PUBLISHED = "_published"
+
+
+def typed_changes(rows: DataFrame, layout: TableLayout) -> DataFrame:
+    """The state rows of keys a night changed in one table, typed as ``typed_table`` types them, for a merge into the
+    typed table: every changed key, with :data:`PUBLISHED` false where the table must not hold it (deleted, or held
+    back by a type conflict). A tombstone has no image: its key columns are read from its key (a live row's image
+    has them too, and wins)."""
+    key_image = F.map_from_arrays(F.col("key_columns"), F.from_json("key", "array<string>"))
+    image = F.map_concat(key_image, F.coalesce(F.col("after"), F.create_map().cast("map<string,string>")))
+    published = ~F.col("deleted") & ~has_type_conflict(layout)
+    return rows.where(F.col("table_id") == layout.table_id).select(
+        *_typed_columns(layout, image), published.alias(PUBLISHED)
+    )
+
+
+def _typed_columns(layout: TableLayout, image: Column) -> list[Column]:
+    return [
+        *[typed_value(image, name, spark_type) for name, spark_type in layout.columns],
         F.col("op").alias("_op"),
         F.col("event_time").alias("_event_time"),
         F.col("topic").alias("_topic"),
         F.col("partition").alias("_partition"),
         F.col("offset").alias("_offset"),
         position_text(F.col("position")).alias("_position"),
-    )
+    ]
 
 
 TYPE_CONFLICT = "type_conflict"

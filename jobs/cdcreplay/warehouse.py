@@ -202,7 +202,8 @@ def oldest_kept_versions(pointer: dict) -> dict[str, int]:
     oldest: dict[str, int] = {}
     for entry in kept_entries(pointer):
         for name, version in [(STATE_FOLDER, entry["state_version"]), *entry["tables"].items()]:
-            oldest[name] = min(version, oldest.get(name, version))
+            if version is not None:  # None: a table whose keys were all deleted before it was ever typed
+                oldest[name] = min(version, oldest.get(name, version))
     return oldest
 
 
@@ -238,6 +239,11 @@ def read_table(spark, warehouse: str, pipeline: str, table_id: str):
     from cdcreplay.delta_tables import read_version
 
     path, version = published_table(PipelinePaths(warehouse, pipeline), table_id)
+    if version is None:
+        raise FileNotFoundError(
+            f"table {table_id!r} of pipeline {pipeline!r} has no columns yet: every key of it was deleted before it "
+            "was ever typed (its row count is 0)"
+        )
     return read_version(spark, path, version)
 
 
