@@ -24,7 +24,14 @@ def spark():
     session = build_session(
         "cdcreplay-tests",
         master="local[2]",
-        extra={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false", "spark.default.parallelism": "2"},
+        # The session lives for the whole suite: 2 GB of heap, twice Spark's default, for what it caches over hundreds
+        # of runs.
+        extra={
+            "spark.sql.shuffle.partitions": "2",
+            "spark.ui.enabled": "false",
+            "spark.default.parallelism": "2",
+            "spark.driver.memory": "2g",
+        },
     )
     yield session
     session.stop()

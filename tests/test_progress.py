@@ -43,7 +43,7 @@ def test_a_pipeline_run_logs_every_stage_with_its_counts(spark, tmp_path, caplog
     stages = [
         ("read", f"{records:,} records selected from {len(history.archive['files'])} files"),
         ("decode", f"{records:,}/{records:,} records decoded"),
-        ("compact", f"{summary['decoded']['changelog_rows']:,} changes merged, state written whole"),
+        ("compact", f"{summary['decoded']['changelog_rows']:,} changes compacted, state written whole"),
         ("type", f"{tables} tables typed"),
         ("audit", f"{tables}/{tables} tables passed"),
         ("publish", f"{tables} tables published"),

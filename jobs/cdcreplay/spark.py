@@ -34,6 +34,9 @@ SAFE_DEFAULTS = {
     # A vacuum lists the table's files as a Spark job of up to this many tasks (Spark's default: 10,000, one per
     # folder): 110 s for a small partitioned state on two cores, against 8 s with a few tasks.
     "spark.sql.sources.parallelPartitionDiscovery.parallelism": "8",
+    # Delta keeps each table's log and its replayed state in memory (default: 10,000 tables for an hour). A run
+    # touches a few tables; a long-lived session that touches hundreds (the test suite) ran its driver out of heap.
+    "spark.databricks.delta.delta.log.cacheSize": "32",
 }
 # The JVM's garbage collector, for a driver this package starts itself (local runs, the tests, the benchmark) and for
 # the DAG's spark-submit runs (dags/cdc_replay_nightly.py says the same for driver and executors): the throughput
