@@ -347,3 +347,26 @@ def test_unreadable_archive_files_are_named_before_any_work_or_left_out_when_ask
         1,
         1,
     )
+
+
+def test_a_warehouse_of_an_earlier_release_is_refused_until_a_full_rebuild(spark, tmp_path, capsys):
+    """Parquet versions/ and a pointer without Delta versions: an incremental run would build on a state it cannot
+    read, so it stops before any work naming the fix; a full rebuild publishes Delta tables and drops versions/."""
+    write_parquet(
+        [Record("shop.items", 0, 0, json.dumps(GOOD_DEBEZIUM), key='{"id": 1}')], tmp_path / "archive" / "p.parquet"
+    )
+    config = pipeline_config(tmp_path, "items", "debezium-json", tmp_path / "archive")
+    root = tmp_path / "warehouse" / "items"
+    (root / "versions" / "v1" / "state").mkdir(parents=True)
+    legacy = {"version": "v1", "run_id": "old", "state": "versions/v1/state", "tables": {}, "history": ["v1"]}
+    (root / "_CURRENT.json").write_text(json.dumps(legacy), encoding="utf-8")
+
+    assert replay_main(["--config", str(config), "--run-id", "r1"]) == EXIT_BAD_INPUT
+    error = capsys.readouterr().err
+    assert "was published by an earlier release (Parquet folders under versions/)" in error
+    assert "run it once with --full-rebuild" in error
+    assert not (root / "runs" / "r1").exists()
+
+    assert replay_main(["--config", str(config), "--run-id", "r2", "--full-rebuild"]) == EXIT_OK
+    assert json.loads((root / "_CURRENT.json").read_text())["state_version"] == 0
+    assert not (root / "versions").exists()

@@ -77,11 +77,10 @@ def write_whole(rows: DataFrame, path: str, partition_by: tuple[str, ...] = (), 
 def merge_rows(rows: DataFrame, path: str, on: tuple[str, ...]) -> int:
     """Upsert ``rows`` into the table: a row whose ``on`` columns match a stored row replaces it, any other row is
     added; one commit. ``rows`` must hold each ``on`` combination at most once. The new version."""
-    condition = " AND ".join(f"stored.`{name}` <=> changed.`{name}`" for name in on)
     (
         _table(rows.sparkSession, path)
         .alias("stored")
-        .merge(rows.alias("changed"), condition)
+        .merge(rows.alias("changed"), _same_key(on))
         .whenMatchedUpdateAll()
         .whenNotMatchedInsertAll()
         .execute()
@@ -92,18 +91,22 @@ def merge_rows(rows: DataFrame, path: str, on: tuple[str, ...]) -> int:
 def merge_flagged(rows: DataFrame, path: str, on: tuple[str, ...], flag: str) -> int:
     """Apply ``rows`` to the table by their ``on`` columns: a row whose ``flag`` is true replaces or adds the stored
     row, one whose flag is false deletes it; one commit. The new version."""
-    condition = " AND ".join(f"stored.`{name}` <=> changed.`{name}`" for name in on)
     values = {f"`{name}`": f"changed.`{name}`" for name in rows.columns if name != flag}
     (
         _table(rows.sparkSession, path)
         .alias("stored")
-        .merge(rows.alias("changed"), condition)
+        .merge(rows.alias("changed"), _same_key(on))
         .whenMatchedDelete(condition=f"NOT changed.`{flag}`")
         .whenMatchedUpdate(set=values)
         .whenNotMatchedInsert(condition=f"changed.`{flag}`", values=values)
         .execute()
     )
     return latest_version(rows.sparkSession, path)
+
+
+def _same_key(on: tuple[str, ...]) -> str:
+    """A merge's match of a ``changed`` row with a ``stored`` one: equal ``on`` columns (NULL equal to NULL)."""
+    return " AND ".join(f"stored.`{name}` <=> changed.`{name}`" for name in on)
 
 
 def row_count(spark: SparkSession, path: str, version: int) -> int:

@@ -248,21 +248,15 @@ def read_table(spark, warehouse: str, pipeline: str, table_id: str):
 
 
 def published_rows(paths: PipelinePaths, table_id: str):
-    """The published table as a pyarrow Table, read without Spark (delta-rs), as of the published version.
-
-    Through delta-rs's query engine rather than ``to_pyarrow_table``: that one refuses tables whose protocol allows
-    deletion vectors."""
+    """The published table as a pyarrow Table, read without Spark (delta-rs), as of the published version. (The typed
+    tables have no deletion vectors, which delta-rs's Arrow reader would refuse: see ``delta_tables``.)"""
     import pyarrow as pa
-    from deltalake import DeltaTable, QueryBuilder
+    from deltalake import DeltaTable
 
     path, version = published_table(paths, table_id)
     if version is None:  # every key deleted before the table was ever typed: no columns, no rows
         return pa.table({})
-    rows = QueryBuilder().register("published", DeltaTable(path, version=version)).execute("SELECT * FROM published")
-    table = pa.table(rows.read_all())
-    # Its engine hands text and bytes out as Arrow's view types, which pandas-era readers (and Spark) do not take.
-    plain = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}
-    return table.cast(pa.schema([field.with_type(plain.get(field.type, field.type)) for field in table.schema]))
+    return DeltaTable(path, version=version).to_pyarrow_table()
 
 
 class PipelineBusyError(RuntimeError):
