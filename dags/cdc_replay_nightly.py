@@ -62,12 +62,12 @@ SPARK_CONF = {
     "spark.ui.showConsoleProgress": "false",
 }
 # The Spark jars the jobs use beyond pyspark's own, as cdcreplay.jars pins them and set-up fetches them
-# (scripts/setup.sh; the Airflow image), in CDCREPLAY_JARS_DIR as there (tests/test_dags.py holds the two equal):
+# (scripts/setup.sh; the Airflow image) into CDCREPLAY_JARS_DIR (tests/test_dags.py holds the two equal):
 # spark-submit's --jars puts them on the driver's and the executors' classpath. Delta Lake holds the tables and the
-# state; spark-avro (from_avro) decodes Debezium Avro natively, which without it decodes in Python.
+# state; hadoop-aws and the AWS SDK reach s3a:// archives and warehouses; spark-avro (from_avro) decodes Debezium
+# Avro natively, which without it decodes in Python.
 JARS_DIR = Path(os.environ.get("CDCREPLAY_JARS_DIR") or REPO / ".venv" / "jars")
-JAR_FILES = ("spark-avro_2.13-4.2.0.jar", "delta-spark_4.2_2.13-4.4.0.jar", "delta-storage-4.4.0.jar")
-SPARK_JARS = ",".join(str(JARS_DIR / name) for name in JAR_FILES if (JARS_DIR / name).is_file()) or None
+SPARK_JARS = ",".join(sorted(str(jar) for jar in JARS_DIR.glob("*.jar"))) or None
 RUN_SPEC_ARG = "{{ ti.xcom_pull(task_ids='validate_run') }}"
 
 PARAMS = {
@@ -163,13 +163,48 @@ class ReconciliationReportLink(BaseOperatorLink):
         return f"cdcreplay/dag-runs/{quote(ti_key.run_id, safe='')}/"
 
 
-class ReconcileSubmitOperator(SparkSubmitOperator):
+# An archive or warehouse on S3 (s3a://): the Airflow connection of this id, when it is defined, gives the
+# credentials (login: access key id, password: secret access key) and, in its extra, "endpoint_url" (MinIO or another
+# S3-compatible server) and "region_name". They reach the Spark jobs and the Python tasks as the AWS_* environment
+# variables cdcreplay.storage reads; without the connection, the worker's own environment (or instance role) is used.
+# The pipelines file never holds credentials.
+S3_CONNECTION_ID = os.environ.get("CDCREPLAY_S3_CONN_ID") or "cdcreplay_s3"
+
+
+def object_store_environment() -> dict[str, str]:
+    """The AWS_* variables of the S3 connection, or none when it is not defined (read when a task runs)."""
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        connection = BaseHook.get_connection(S3_CONNECTION_ID)
+    except AirflowNotFoundException:
+        return {}
+    extra = connection.extra_dejson
+    found = {
+        "AWS_ACCESS_KEY_ID": connection.login,
+        "AWS_SECRET_ACCESS_KEY": connection.password,
+        "AWS_ENDPOINT_URL": extra.get("endpoint_url") or connection.host,
+        "AWS_REGION": extra.get("region_name"),
+    }
+    return {name: value for name, value in found.items() if value}
+
+
+class CdcSparkSubmitOperator(SparkSubmitOperator):
+    """spark-submit of a job, with the S3 connection's credentials in its environment."""
+
+    def execute(self, context):
+        self.env_vars = {**(self.env_vars or {}), **object_store_environment()}
+        return super().execute(context)
+
+
+class ReconcileSubmitOperator(CdcSparkSubmitOperator):
     """spark-submit of the reconcile job, with the button to the run's reconciliation report."""
 
     operator_extra_links = (ReconciliationReportLink(),)
 
 
-def spark_job(task_id: str, application: str, operator=SparkSubmitOperator, **options) -> SparkSubmitOperator:
+def spark_job(task_id: str, application: str, operator=CdcSparkSubmitOperator, **options) -> SparkSubmitOperator:
     """One spark-submit of a job under jobs/, with the run spec that validate_run produced."""
     return operator(
         task_id=task_id,
@@ -213,6 +248,7 @@ def cdc_replay_nightly():
         from cdcreplay.config import ConfigError, load_config
         from cdcreplay.run_spec import build_run_spec
 
+        os.environ.update(object_store_environment())
         params = dict(params or {})
         start, end = params.get("start"), params.get("end")
         # Explicit offsets and full rebuilds are not limited to one night unless the user says so.
@@ -253,6 +289,7 @@ def cdc_replay_nightly():
             raise AirflowSkipException("no run spec: validate_run failed, see its log for the reason")
         from cdcreplay.report import render_run
 
+        os.environ.update(object_store_environment())  # the run's summaries may be on S3
         summary = render_run(spec_json)
         print(summary)
         return summary

@@ -13,8 +13,8 @@ RUN apt-get update \
     && apt-get clean \
     && rm -rf /var/lib/apt/lists/* \
     # Folders that named volumes mount over: a fresh volume takes this ownership (the airflow user, group 0).
-    && mkdir -p /opt/airflow/auth /opt/cdcreplay/var/archive /opt/cdcreplay/var/warehouse /opt/cdcreplay/var/dist \
-        /opt/cdcreplay-jars \
+    # The archive and the warehouse are in MinIO (s3a://), not in volumes.
+    && mkdir -p /opt/airflow/auth /opt/cdcreplay/var/dist /opt/cdcreplay-jars \
     && chown -R airflow:0 /opt/airflow/auth /opt/cdcreplay /opt/cdcreplay-jars \
     && chmod -R g+rwX /opt/airflow/auth /opt/cdcreplay
 
@@ -24,11 +24,13 @@ COPY --chown=airflow:0 requirements.txt /tmp/cdcreplay-requirements.txt
 COPY --chown=airflow:0 docker/executor-requirements.txt /tmp/executor-requirements.txt
 RUN pip install --no-cache-dir "apache-airflow==3.3.2" -r /tmp/cdcreplay-requirements.txt \
     -c /tmp/executor-requirements.txt
-# The pinned Spark jars (spark-avro, Delta Lake) from Maven Central, checked against their SHA-1: the DAG's spark-submit hands
-# them to the driver and the executors (--jars).
-COPY --chown=airflow:0 jobs/cdcreplay/jars.py /tmp/cdcreplay-jars.py
+# The pinned Spark jars (cdcreplay.jars: spark-avro, Delta Lake, hadoop-aws and the AWS SDK modules for s3a://) from
+# Maven Central, checked against their SHA-1: the DAG's spark-submit hands every jar of CDCREPLAY_JARS_DIR to the driver
+# and ships them to the executors (--jars), so the Spark image needs none of them. jars.py is copied at its place in
+# the repository's layout: it computes its default folder from its own path (two levels up), which /tmp/jars.py has not.
+COPY --chown=airflow:0 jobs/cdcreplay/jars.py /tmp/cdcreplay-build/jobs/cdcreplay/jars.py
 ENV CDCREPLAY_JARS_DIR=/opt/cdcreplay-jars
-RUN python /tmp/cdcreplay-jars.py
+RUN python /tmp/cdcreplay-build/jobs/cdcreplay/jars.py
 
 # The repository's code is mounted at /opt/cdcreplay (see docker-compose.yml), not baked in: edit, then rerun.
 # Airflow (validate_run, report) and the Spark driver import cdcreplay from there; the executors get the zip that

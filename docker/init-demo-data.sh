@@ -2,8 +2,11 @@
 # The one-shot `demo-data` service of docker-compose.yml (also runnable by hand in any Airflow container):
 #  1. build the job package that the DAG ships to the Spark executors with --py-files ($CDCREPLAY_PY_FILES);
 #     rebuilt at every `docker compose up`, so the executors run the code that is mounted from jobs/;
-#  2. write a simulated archive for every pipeline of $CDCREPLAY_CONFIG whose archive folder is missing or empty
-#     (an archive already there, simulated or real, is left alone).
+#  2. write a simulated archive for every pipeline of $CDCREPLAY_CONFIG whose archive is missing or empty (an archive
+#     already there, simulated or real, is left alone). A local archive folder is written in place; an s3a:// archive
+#     is simulated into a temporary folder, then uploaded below its prefix (cdcreplay.storage.Location), with the
+#     S3 settings of the AWS_* environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT_URL:
+#     the demo-data service has them; export them first when running this by hand). The bucket must exist.
 set -euo pipefail
 : "${CDCREPLAY_CONFIG:?set CDCREPLAY_CONFIG to the pipelines file}"
 : "${CDCREPLAY_PY_FILES:?set CDCREPLAY_PY_FILES to where the job package goes}"
@@ -11,23 +14,41 @@ set -euo pipefail
 python -m cdcreplay.cli package --out "$CDCREPLAY_PY_FILES"
 python - <<'PYTHON'
 import os
+import tempfile
 from pathlib import Path
 
 from cdcreplay.config import load_config
 from cdcreplay.simulator import build_sample_archive
+from cdcreplay.storage import Location
 
 config = load_config(os.environ["CDCREPLAY_CONFIG"])
 events = int(os.environ.get("CDCREPLAY_DEMO_EVENTS") or 5000)
-for pipeline in config.project.pipelines:
-    folder = Path(config.archive_path(pipeline))
-    if folder.is_dir() and any(folder.iterdir()):
-        print(f"{pipeline.name}: {folder} already holds an archive; left as it is")
-        continue
-    history = build_sample_archive(
+
+
+def simulate(pipeline, folder):
+    return build_sample_archive(
         folder, pipeline.format, events=events, seed=20260101, days=2, layout=pipeline.archive.layout
     )
+
+
+for pipeline in config.project.pipelines:
+    target = Location(config.archive_path(pipeline))
+    if target.is_local:
+        folder = Path(str(target))
+        if folder.is_dir() and any(folder.iterdir()):
+            print(f"{pipeline.name}: {folder} already holds an archive; left as it is")
+            continue
+        history = simulate(pipeline, folder)
+    else:
+        # An object store has no empty folders: the prefix exists once any object is below it.
+        if target.exists():
+            print(f"{pipeline.name}: {target} already holds an archive; left as it is")
+            continue
+        with tempfile.TemporaryDirectory(prefix=f"cdcreplay-demo-{pipeline.name}-") as folder:
+            history = simulate(pipeline, Path(folder))
+            target.upload_tree(folder)
     print(
         f"{pipeline.name}: simulated {history.event_count} row events ({pipeline.format}) -> "
-        f"{history.archive['records']} Kafka records under {folder}"
+        f"{history.archive['records']} Kafka records under {target}"
     )
 PYTHON

@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+.venv/bin/python -m cdcreplay.jars --test-servers >/dev/null  # the real S3 server the S3 tests start (s3proxy)
 scripts/setup-browser.sh  # Debian's chromium for the browser test of the reconciliation view
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .

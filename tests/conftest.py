@@ -40,3 +40,19 @@ def spark():
 @pytest.fixture
 def data_dir() -> Path:
     return DATA
+
+
+@pytest.fixture(scope="session")
+def s3(spark, tmp_path_factory):
+    """A real S3 server on 127.0.0.1 with the bucket ``lake`` (s3_server.py), this process's environment pointing at
+    it (the AWS_* variables cdcreplay.storage reads; subprocesses inherit them), and the Spark session's S3A client."""
+    from s3_server import running_s3proxy, s3_environment
+
+    from cdcreplay.spark import reach_object_stores
+
+    server = running_s3proxy(tmp_path_factory.mktemp("s3proxy"), buckets=("lake",))
+    with server as endpoint, pytest.MonkeyPatch.context() as patch:
+        for name, value in s3_environment(endpoint).items():
+            patch.setenv(name, value)
+        reach_object_stores(spark)
+        yield endpoint

@@ -1,5 +1,6 @@
 """SIGKILL the replay job at each stage of a run: readers keep seeing a complete published version, the next run
-completes correctly (rolling back what the crashed runs committed), and they leave no lock or temporary file behind."""
+completes correctly (rolling back what the crashed runs committed), and they leave no lock or temporary file behind;
+with the warehouse on a local disk and on S3 (a real S3 server, see s3_server.py)."""
 
 from __future__ import annotations
 
@@ -27,9 +28,9 @@ pytestmark = pytest.mark.timeout(900)
 KILL_AFTER_STAGES = tuple(stage for stage in PIPELINE_STAGES if stage != "publish")
 
 
-def published(warehouse: Path) -> dict[str, list[str]]:
+def published(warehouse: str) -> dict[str, list[str]]:
     """What a reader sees: every table _CURRENT.json points at, rows as sorted JSON (provenance left out)."""
-    paths = PipelinePaths(str(warehouse), "sim")
+    paths = PipelinePaths(warehouse, "sim")
     tables = {}
     for table_id, info in read_current(paths)["tables"].items():
         rows = published_rows(paths, table_id).to_pylist()
@@ -64,10 +65,16 @@ def kill_during(config: Path, run_id: str, stage: str, rng: random.Random) -> No
     process.stderr.close()
 
 
-def test_killed_runs_never_corrupt_what_readers_see(spark, tmp_path):
+@pytest.mark.parametrize("store", ["local", "s3"])
+def test_killed_runs_never_corrupt_what_readers_see(spark, tmp_path, store, request):
     history = build_sample_archive(tmp_path / "archive", "debezium-json", events=1200, seed=5, days=2)
     config = pipeline_config(tmp_path, "sim", "debezium-json", tmp_path / "archive")
-    warehouse = tmp_path / "warehouse"
+    warehouse = str(tmp_path / "warehouse")
+    if store == "s3":
+        request.getfixturevalue("s3")  # the S3 server, and this process's environment pointing at it
+        warehouse = f"s3a://lake/crash-safety/{tmp_path.name}"
+        config.write_text(config.read_text().replace(f"warehouse: {tmp_path / 'warehouse'}", f"warehouse: {warehouse}"))
+    current_file = PipelinePaths(warehouse, "sim").current_file
     truth = {}
     for spec in history.tables.values():
         types = {c.name: c.spark_type for c in spec.columns}
@@ -78,14 +85,14 @@ def test_killed_runs_never_corrupt_what_readers_see(spark, tmp_path):
     first_night_end = (history.start + timedelta(days=1)).isoformat()
     assert replay_main(["--config", str(config), "--run-id", "night1", "--end", first_night_end]) == EXIT_OK
     before = published(warehouse)
-    pointer_before = (warehouse / "sim" / "_CURRENT.json").read_text()
+    pointer_before = current_file.read_text()
 
     rng = random.Random(20261123)
     for stage in KILL_AFTER_STAGES:
         kill_during(config, "night2", stage, rng)
         now = published(warehouse)  # every table the pointer names is readable and complete ...
         norm_now = {t: sorted(json.dumps(json.loads(r), sort_keys=True) for r in rows) for t, rows in now.items()}
-        if (warehouse / "sim" / "_CURRENT.json").read_text() == pointer_before:
+        if current_file.read_text() == pointer_before:
             assert now == before, f"killed after {stage}: the old version changed under the readers"
         else:  # ... the kill came after the pointer switch: then it is the whole new state
             assert norm_now == normalize, f"killed after {stage}: a new version was published incomplete"
@@ -95,12 +102,12 @@ def test_killed_runs_never_corrupt_what_readers_see(spark, tmp_path):
     assert {
         t: sorted(json.dumps(json.loads(r), sort_keys=True) for r in rows) for t, rows in final.items()
     } == normalize
-    root = warehouse / "sim"
+    paths = PipelinePaths(warehouse, "sim")
     # What the crashed runs committed was rolled back: each table's newest content is its published version's.
-    for table_id in read_current(PipelinePaths(str(warehouse), "sim"))["tables"]:
-        newest = spark.read.format("delta").load(str(PipelinePaths(str(warehouse), "sim").table_dir(table_id)))
+    for table_id in read_current(paths)["tables"]:
+        newest = spark.read.format("delta").load(str(paths.table_dir(table_id)))
         assert sorted(map(str, newest.collect())) == sorted(
-            map(str, read_table(spark, str(warehouse), "sim", table_id).collect())
+            map(str, read_table(spark, warehouse, "sim", table_id).collect())
         )
-    leftovers = [p.name for p in root.iterdir() if p.name.startswith(".") or p.name == "_LOCK.json"]
+    leftovers = [p.name for p in paths.root.iterdir() if p.name.startswith(".") or p.name == "_LOCK.json"]
     assert leftovers == [], "a crashed run left a lock or a temporary file behind"

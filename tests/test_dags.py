@@ -182,7 +182,7 @@ def test_spark_tasks_submit_the_pinned_jars_set_up_fetched(nightly):
     from cdcreplay.jars import PINNED, jar_path
 
     for task_id in ("replay", "reconcile"):
-        assert nightly.get_task(task_id).jars == ",".join(str(jar_path(jar)) for jar in PINNED)
+        assert nightly.get_task(task_id).jars == ",".join(sorted(str(jar_path(jar)) for jar in PINNED))
 
 
 # --- the Params form's JSON schema -------------------------------------------------------------------------------

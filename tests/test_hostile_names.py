@@ -313,7 +313,7 @@ def test_tables_named_anything_in_the_data_are_published_inside_their_folder(spa
     for i, table in enumerate(HOSTILE_TABLES):
         folder = paths.root / current["tables"][table]["path"]
         assert folder == tables_dir / table_folder_name(table)
-        assert folder.resolve().parent == tables_dir.resolve()
+        assert Path(folder).resolve().parent == Path(tables_dir).resolve()
         rows = [r.asDict() for r in read_table(spark, str(tmp_path / "warehouse"), "shop", table).collect()]
         assert [(r["id"], r["v"]) for r in rows] == [(i, table)]
     assert sorted(p.name for p in tables_dir.iterdir()) == sorted(table_folder_name(t) for t in HOSTILE_TABLES)

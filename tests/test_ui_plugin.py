@@ -22,6 +22,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import ClassVar
@@ -46,6 +47,7 @@ from cdcreplay_ui.runs_index import (  # noqa: E402
 from test_airflow_run import AirflowStack, _tail, airflow, free_local_port, write_config  # noqa: E402
 
 from cdcreplay.airflow_env import DAG_ID  # noqa: E402
+from cdcreplay.storage import Location  # noqa: E402
 
 SCREENSHOT = SCREENSHOTS / "reconciliation.png"
 
@@ -326,7 +328,7 @@ def test_the_diff_page_reads_the_rows_of_the_chosen_statuses_and_table(hand_made
 
 def test_files_are_served_only_from_inside_their_run_folder(hand_made, tmp_path):
     run = hand_made.root / "orders_db" / "runs" / "manual__2026-01-02"
-    assert hand_made.run_file("orders_db", "manual__2026-01-02", "reconcile/data_docs/index.html") == (
+    assert hand_made.run_file("orders_db", "manual__2026-01-02", "reconcile/data_docs/index.html") == Location(
         run / "reconcile" / "data_docs" / "index.html"
     )
     assert hand_made.manifest("orders_db", "manual__2026-01-02") == {"distinct_records": 120, "files": ["a.parquet"]}
@@ -356,9 +358,10 @@ def test_files_are_served_only_from_inside_their_run_folder(hand_made, tmp_path)
         hand_made.run_file("orders_db", "manual__2026-01-02", "reconcile/diff")
 
 
-def test_a_warehouse_that_is_not_a_local_folder_is_named(tmp_path):
-    with pytest.raises(NotFound, match=r"^the warehouse s3a://bucket/wh is not a local folder; the view reads runs"):
-        Warehouse("s3a://bucket/wh", {})
+def test_a_warehouse_the_view_cannot_read_is_named(tmp_path):
+    with pytest.raises(NotFound, match=r"^the view cannot read the warehouse 'hdfs://nn/wh': the hdfs:// scheme is"):
+        Warehouse("hdfs://nn/wh", {})
+    assert Warehouse("s3a://bucket/wh", {}).root == Location("s3a://bucket/wh")  # read lazily: no request yet
     assert Warehouse(f"file://{tmp_path}", {}).root == tmp_path.resolve()
 
 
@@ -387,6 +390,55 @@ def test_the_pages_render_the_hand_made_runs(hand_made):
     assert '<td class="mono">[&#34;&lt;b&gt;k&lt;/b&gt;&#34;]</td>' in body
     assert '<span class="mono">&lt;script&gt;alert(1)&lt;/script&gt;</span>' in body
     assert "<script>" not in body and "<b>k</b>" not in body
+
+
+def test_the_view_serves_a_warehouse_on_s3_as_it_serves_the_same_warehouse_on_disk(hand_made, tmp_path, monkeypatch):
+    """The hand-made warehouse uploaded to a real S3 server (s3proxy): the same runs, and through the app's routes the
+    same run page, diff rows, report, manifest, Data Docs files and refusals."""
+    from cdcreplay_ui import app as view
+    from fastapi.testclient import TestClient
+    from s3_server import running_s3proxy, s3_environment
+
+    base = "/runs/orders_db/manual__2026-01-02"
+    docs = hand_made.run("orders_db", "manual__2026-01-02").data_docs_page
+    answers = {
+        f"{base}/": 200,
+        f"{base}/diff": 200,
+        f"{base}/diff?status=match&table=shop.orders&limit=2": 200,
+        f"{base}/report.md": 200,
+        f"{base}/manifest.json": 200,
+        f"{base}/data_docs/index.html": 200,
+        f"{base}/data_docs/{docs}": 200,
+        f"{base}/data_docs/..%2F..%2Fsummary.json": 400,
+        f"{base}/data_docs/%2Fetc%2Fpasswd": 404,
+        "/runs/orders_db/dry1/diff": 404,
+    }
+
+    def served(warehouse: Warehouse) -> dict:
+        monkeypatch.setattr(view, "open_warehouse", lambda: (warehouse, "pipelines.yaml"))
+        app = view.create_app()
+        app.dependency_overrides[view.require_reader] = lambda: None  # Airflow's login is tested in a browser below
+        with TestClient(app) as client:
+            responses = {path: client.get(path) for path in answers}
+        assert {path: r.status_code for path, r in responses.items()} == answers
+        return {path: (r.headers["content-type"], r.text) for path, r in responses.items()}
+
+    def runs(warehouse: Warehouse) -> dict:
+        # An S3 object's time is its upload's: only a run that was not reconciled shows it (its summary's time).
+        return {
+            r.run_id: replace(r, time=None) if r.verdict == "dry run" else r for r in warehouse.recent_runs("orders_db")
+        }
+
+    with running_s3proxy(tmp_path / "s3", buckets=("lake",)) as endpoint:
+        for name, value in s3_environment(endpoint).items():
+            monkeypatch.setenv(name, value)
+        Location("s3a://lake/wh").upload_tree(hand_made.root)
+        on_s3 = Warehouse("s3a://lake/wh", hand_made.pipelines)
+        assert runs(on_s3) == runs(hand_made)
+        assert on_s3.run("orders_db", "manual__2026-01-02").verdict == "fail"
+        local = served(hand_made)
+        assert served(on_s3) == local
+    assert local[f"{base}/report.md"] == ("text/markdown; charset=utf-8", "# Reconciliation report\n")
 
 
 # --------------------------------------------------------------------------------------------------------------------

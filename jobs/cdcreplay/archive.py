@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdcreplay.run_spec import OffsetRange
 from cdcreplay.schema import RAW_COLUMNS, RAW_DDL, struct_type
+from cdcreplay.storage import Location, StorageError
 from cdcreplay.value_types import safe_binary, safe_timestamp_millis
 
 MAX_LISTED_GAPS = 50
@@ -33,20 +33,22 @@ class ArchiveError(ValueError):
 
 
 def archive_files(path: str, layout: str) -> list[str]:
-    """Data files under ``path`` for ``layout`` (hidden and underscore files skipped, as Spark does)."""
-    root = Path(path)
+    """Data files under ``path`` (a local folder or an s3a:// prefix) for ``layout`` (hidden and underscore files
+    skipped, as Spark does), as paths Spark reads."""
+    try:
+        root = Location(path)
+    except StorageError as error:
+        raise ArchiveError(f"archive.path {error}") from None
+    if root.is_file():
+        return [str(root)]
     if not root.exists():
         raise ArchiveError(f"archive path {path} does not exist; fix archive.path in the pipeline config")
     suffixes = LAYOUT_SUFFIXES[layout]
-    if root.is_file():
-        return [str(root)]
-    files = sorted(
-        str(p)
-        for p in root.rglob("*")
-        if p.is_file()
-        and p.name.endswith(suffixes)
-        and not any(part.startswith((".", "_")) for part in p.relative_to(root).parts)
-    )
+    files = [
+        str(file)
+        for file, relative in root.files()
+        if file.name.endswith(suffixes) and not any(part.startswith((".", "_")) for part in relative.split("/"))
+    ]
     if not files:
         raise ArchiveError(
             f"archive path {path} holds no {layout} files (looked for {', '.join(suffixes)}); "
@@ -69,7 +71,8 @@ def unreadable_parquet_files(files: list[str]) -> list[UnreadableFile]:
     unreadable = []
     for path in files:
         try:
-            pq.read_metadata(path)
+            with Location(path).open_input_file() as file:
+                pq.read_metadata(file)
         except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
             unreadable.append(UnreadableFile(path, str(error).splitlines()[0]))
     return unreadable

@@ -44,11 +44,15 @@ def show_table(config_path: str, pipeline: str, table_id: str, limit: int | None
 
 
 def latest_run_id(config, pipeline: str) -> str | None:
-    runs = Path(config.warehouse) / pipeline / "runs"
-    if not runs.is_dir():
-        return None
-    candidates = [p for p in runs.iterdir() if (p / "summary.json").is_file()]
-    return max(candidates, key=lambda p: (p / "summary.json").stat().st_mtime).name if candidates else None
+    """The run of ``pipeline`` whose summary was written last (local or on S3)."""
+    from cdcreplay.warehouse import PipelinePaths
+
+    written = []
+    for run in PipelinePaths(config.warehouse, pipeline).runs_dir.iterdir():
+        summary = run / "summary.json"
+        if summary.is_file():
+            written.append((summary.modified_at(), run.name))
+    return max(written)[1] if written else None
 
 
 # Where `cdcreplay package` writes by default; the DAG ships it when CDCREPLAY_PY_FILES names it.

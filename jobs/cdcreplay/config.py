@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from cdcreplay.formats import KNOWN_FORMATS, REGISTRY, option_error
+from cdcreplay.storage import unsupported_scheme
 
 ARCHIVE_LAYOUTS = ("parquet", "jsonl", "kcat")
 SPARK_TYPES = re.compile(
@@ -58,7 +59,7 @@ def path_problem(path: str) -> str | None:
         return f"path {path!r} contains control characters ({', '.join(hidden)}); remove them"
     if not path.strip():
         return "path is empty; give a folder or file path"
-    return None
+    return unsupported_scheme(path)
 
 
 class ConfigError(ValueError):

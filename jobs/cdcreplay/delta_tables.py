@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import math
 import time
-from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+
+from cdcreplay.storage import Location
 
 DELTA = "delta"
 # Deletion vectors: a MERGE that changes a few rows of a large file marks them deleted instead of rewriting the file.
@@ -44,10 +45,10 @@ def latest_version(spark: SparkSession, path: str) -> int:
     return _table(spark, path).history(1).select("version").first()[0]
 
 
-def has_commits_after(path: Path | str, version: int) -> bool:
+def has_commits_after(path: Location | str, version: int) -> bool:
     """Whether the table has a commit after ``version``: the Delta log names each commit by its version, so this is
     one look for a file, not a read of the log."""
-    return (Path(path) / "_delta_log" / f"{version + 1:020d}.json").exists()
+    return (Location(path) / "_delta_log" / f"{version + 1:020d}.json").exists()
 
 
 def read_version(spark: SparkSession, path: str, version: int | None = None) -> DataFrame:

@@ -10,7 +10,6 @@ import argparse
 import json
 import logging
 import sys
-from pathlib import Path
 
 from cdcreplay.config import ConfigError, load_config
 from cdcreplay.run_spec import RunSpec, build_run_spec
@@ -112,6 +111,7 @@ def reconcile_pipelines(spark, config, spec: RunSpec) -> list[dict]:
     """Reconcile each pipeline of the run; the result is also stored in the run's summary.json."""
     from cdcreplay.pipeline import load_summary, summary_path
     from cdcreplay.reconcile import run_reconciliation
+    from cdcreplay.storage import Location
     from cdcreplay.warehouse import write_json_atomically
 
     results = []
@@ -121,7 +121,7 @@ def reconcile_pipelines(spark, config, spec: RunSpec) -> list[dict]:
         if summary is None:
             raise ConfigError(f"pipeline {name}: run {spec.run_id} has no summary; run the replay job first")
         changelog = summary.get("changelog_path")
-        if not changelog or not Path(changelog).is_dir():
+        if not changelog or not Location(changelog).is_dir():
             result = {"pipeline": name, "verdict": "skipped", "reason": "no changes in this run", "tables": []}
         else:
             run_dir = summary_path(config, name, spec.run_id).parent

@@ -5,11 +5,8 @@ Storage is touched only here (and in warehouse.py); every step in between is Dat
 
 from __future__ import annotations
 
-import json
-import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -32,6 +29,7 @@ from cdcreplay.state_store import (
     state_ref,
     table_state,
 )
+from cdcreplay.storage import Location, local_folder
 from cdcreplay.tables import (
     PUBLISHED,
     TYPED_TABLE_FORMAT,
@@ -77,7 +75,7 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
             "versions/); run it once with --full-rebuild to rebuild its tables as Delta tables"
         )
     run_dir = paths.run_dir(spec.run_id)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir.mkdir()
     timings: dict[str, float] = {}
     stages = progress.StageProgress(pipeline.name, spark)
 
@@ -128,7 +126,7 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
         base_state = read_state(spark, paths.state_dir, building_on["state_version"])
     keep = (F.col("record_kind") != KIND_CHANGE) | F.col("table_id").isin(list(spec.tables)) if spec.tables else None
     module = decoder_module(pipeline.format)
-    shutil.rmtree(run_dir / "decoded", ignore_errors=True)  # a re-run of this run id decodes afresh
+    (run_dir / "decoded").remove_tree()  # a re-run of this run id decodes afresh
     native = None
     if hasattr(module, "decode_natively") and module.reads_natively(pipeline, manifest["distinct_records"]):
         native = module.decode_natively(selected, pipeline, manifest["distinct_records"])
@@ -294,7 +292,7 @@ def _roll_back_unpublished(
             if version is not None and delta_tables.has_commits_after(path, version):
                 delta_tables.roll_back_to(spark, str(path), version)
     for table_id in new_tables - set(published["tables"] if published else ()):
-        shutil.rmtree(paths.table_dir(table_id), ignore_errors=True)
+        paths.table_dir(table_id).remove_tree()
 
 
 # A typed table is merged with its changed keys' rows, instead of written whole, from this many rows on, when a night
@@ -381,7 +379,7 @@ def _typed_alike(info: dict | None, layout: TableLayout) -> bool:
     )
 
 
-def _write_type_conflicts(spark: SparkSession, state: DataFrame, layouts: dict, folder: Path) -> dict[str, int]:
+def _write_type_conflicts(spark: SparkSession, state: DataFrame, layouts: dict, folder: Location) -> dict[str, int]:
     """Write the live rows held back from the typed tables (``tables.type_conflicts``); their count per table.
 
     They stay in the state: a later change of the key replaces them, and the next run publishes that row.
@@ -394,21 +392,22 @@ def _write_type_conflicts(spark: SparkSession, state: DataFrame, layouts: dict, 
 
 
 def _audit_tables(
-    spark: SparkSession, paths, versions: dict[str, int], layouts: dict, rows: dict[str, int], run_dir: Path
+    spark: SparkSession, paths, versions: dict[str, int], layouts: dict, rows: dict[str, int], run_dir: Location
 ) -> dict:
     """Run the latest_state suite (key columns not null, unique) on the tables this run typed (``layouts``), as of
     the Delta ``versions`` it committed, of ``rows`` rows each."""
     data_docs = run_dir / "quality" / "data_docs"
     results = {}
     if layouts:
-        runner = quality.SuiteRunner(data_docs_dir=data_docs)
-        for table_id, layout in sorted(layouts.items()):
-            frame = delta_tables.read_version(spark, str(paths.table_dir(table_id)), versions[table_id])
-            outcome = quality.validate_latest_state(
-                frame, list(layout.key_columns), table_id=table_id, runner=runner, rows=rows.get(table_id)
-            )
-            results[table_id] = {"success": outcome.success, "failed": outcome.failed}
-        runner.build_data_docs()
+        with local_folder(data_docs) as docs_folder:  # GX writes its site to local files
+            runner = quality.SuiteRunner(data_docs_dir=docs_folder)
+            for table_id, layout in sorted(layouts.items()):
+                frame = delta_tables.read_version(spark, str(paths.table_dir(table_id)), versions[table_id])
+                outcome = quality.validate_latest_state(
+                    frame, list(layout.key_columns), table_id=table_id, runner=runner, rows=rows.get(table_id)
+                )
+                results[table_id] = {"success": outcome.success, "failed": outcome.failed}
+            runner.build_data_docs()
     failed = {table_id: r["failed"] for table_id, r in results.items() if not r["success"]}
     if failed:
         problems = "; ".join(f"{table_id}: {', '.join(f)}" for table_id, f in failed.items())
@@ -423,7 +422,7 @@ def _audit_tables(
 
 def _read_decoded(spark: SparkSession, paths, run_id: str, kind: str, changelog_only: bool = False) -> DataFrame:
     path = decoded_path(paths, run_id, kind)
-    if Path(path).is_dir():
+    if Location(path).is_dir():
         frame = spark.read.parquet(path)
     else:  # no record of this kind in the run: an empty frame of the same shape
         frame = spark.createDataFrame([], DECODED_DDL).drop("record_kind")
@@ -460,7 +459,7 @@ def _decoded_counts(spark: SparkSession, paths, run_id: str) -> dict:
         .collect()
     )
     # What was read per partition, as the run's manifest recorded it before decoding.
-    manifest = json.loads(paths.run_file(run_id, "manifest.json").read_text(encoding="utf-8"))
+    manifest = warehouse.read_json(paths.run_file(run_id, "manifest.json"))
     partitions: dict[str, dict[str, dict]] = {}
     empty = {"changelog_records": 0, "control_records": 0, "quarantined_records": 0}
     for extent in manifest["partitions"]:
@@ -560,12 +559,12 @@ def run(spark: SparkSession, config: LoadedConfig, spec: RunSpec) -> list[dict]:
     return summaries
 
 
-def summary_path(config: LoadedConfig, pipeline: str, run_id: str) -> Path:
+def summary_path(config: LoadedConfig, pipeline: str, run_id: str) -> Location:
     return warehouse.PipelinePaths(config.warehouse, pipeline).run_file(run_id, "summary.json")
 
 
 def load_summary(config: LoadedConfig, pipeline: str, run_id: str) -> dict | None:
     try:
-        return json.loads(summary_path(config, pipeline, run_id).read_text(encoding="utf-8"))
+        return warehouse.read_json(summary_path(config, pipeline, run_id))
     except FileNotFoundError:
         return None

@@ -76,6 +76,7 @@ from cdcreplay import schema
 from cdcreplay.compaction import ORDER_FIELDS, event_order, latest_rows, partial_event
 from cdcreplay.spark import vectorized_parquet_reads
 from cdcreplay.state_store import read_patterns_ref, read_state_ref
+from cdcreplay.storage import Location, local_folder
 
 STATUS_MATCH = "match"
 STATUS_MISMATCH = "mismatch"
@@ -904,7 +905,7 @@ def _contract_columns() -> list[Column]:
 
 def read_changelog(spark: SparkSession, changelog_path: str | list[str]) -> DataFrame:
     """The run's changelog Parquet."""
-    paths = [changelog_path] if isinstance(changelog_path, str | Path) else list(changelog_path)
+    paths = [changelog_path] if isinstance(changelog_path, str | Path | Location) else list(changelog_path)
     return spark.read.parquet(*[str(p) for p in paths]).select(*_contract_columns())
 
 
@@ -1007,7 +1008,7 @@ def _render_report(summary: dict, metrics: list[dict], sample: list[dict], suite
 
 def run_reconciliation(
     spark: SparkSession,
-    run_dir: Path,
+    run_dir: Location | str,
     changelog_path: str | list[str],
     base_state: dict | None = None,
     expectations_dir: Path | None = None,
@@ -1022,10 +1023,10 @@ def run_reconciliation(
     from cdcreplay.warehouse import write_json_atomically
 
     quality.import_in_background()  # the diff suite needs GX: import it while Spark reconciles
-    out = Path(run_dir) / "reconcile"
+    out = Location(run_dir) / "reconcile"
     diff_path = out / "diff"
     data_docs = out / "data_docs"
-    out.mkdir(parents=True, exist_ok=True)
+    out.mkdir()
 
     # Nothing in the reconciliation runs Python over the rows, so Spark's faster Parquet reader can read its input.
     with vectorized_parquet_reads(spark):
@@ -1039,13 +1040,14 @@ def run_reconciliation(
         # cached (at millions of keys the cache cost more than reading the few columns they need back).
         diff = spark.read.parquet(str(diff_path))
         metrics = plan.metrics(diff)
-        suite = quality.run_suite(
-            diff,
-            "reconciliation_diff",
-            expectations_dir=expectations_dir,
-            data_docs_dir=data_docs,
-            rows=sum(m[status] for m in metrics for status in STATUSES),  # the diff's rows: one per compared key
-        ).to_dict()
+        with local_folder(data_docs) as docs_folder:  # GX writes its site to local files
+            suite = quality.run_suite(
+                diff,
+                "reconciliation_diff",
+                expectations_dir=expectations_dir,
+                data_docs_dir=docs_folder,
+                rows=sum(m[status] for m in metrics for status in STATUSES),  # the diff's rows: one per compared key
+            ).to_dict()
         sample = [
             row.asDict(recursive=True)
             for row in diff.filter(F.col("status") != STATUS_MATCH)
@@ -1080,6 +1082,5 @@ def run_reconciliation(
         "failed_expectations": suite["failed"],
     }
     write_json_atomically(out / "metrics.json", {**summary, "suite": suite})
-    report = out / "report.md"
-    report.write_text(_render_report(summary, metrics, sample, suite), encoding="utf-8")
+    (out / "report.md").write_text(_render_report(summary, metrics, sample, suite))
     return summary

@@ -82,9 +82,26 @@ def build_session(app_name: str = "cdcreplay", master: str | None = None, extra:
     for key, value in {**defaults, **(extra or {})}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
+    reach_object_stores(session)
     spread_file_splits(session)
     session.sparkContext.setLogLevel(os.environ.get("CDCREPLAY_SPARK_LOG_LEVEL", "WARN"))
     return session
+
+
+def reach_object_stores(session) -> None:
+    """Point the session's S3A client at the S3 endpoint of the environment (``cdcreplay.storage.s3a_settings``).
+
+    Set on the live Hadoop configuration rather than as ``spark.hadoop.*`` options, so that a session that already
+    runs (the tests', or one that spark-submit started) gets them too: S3A reads them when it first opens a bucket.
+    Settings the session was given (spark-defaults, ``--conf spark.hadoop.fs.s3a.*``) win.
+    """
+    from cdcreplay.storage import s3a_settings
+
+    named = session.sparkContext.getConf()
+    hadoop = session.sparkContext._jsc.hadoopConfiguration()
+    for key, value in s3a_settings().items():
+        if not named.contains(f"spark.hadoop.{key}"):
+            hadoop.set(key, value)
 
 
 MIN_SPLITS = "spark.sql.files.minPartitionNum"

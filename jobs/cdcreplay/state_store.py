@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -35,6 +34,7 @@ from cdcreplay.compaction import (
     purge_tombstones,
     truncated_tables,
 )
+from cdcreplay.storage import Location
 from cdcreplay.tables import changed_patterns, state_patterns
 
 # The state is partitioned by a hash of the table id, not by the id itself: a table id comes from the data and may be
@@ -57,21 +57,21 @@ def with_partition(state: DataFrame) -> DataFrame:
     return state.withColumn(STATE_PARTITION, F.xxhash64("table_id"))
 
 
-def write_state(state: DataFrame, path: Path | str) -> int:
+def write_state(state: DataFrame, path: Location | str) -> int:
     """Write ``state`` (changelog columns + deleted) as the whole state table; its new version."""
     return delta_tables.write_whole(
         with_partition(state), str(path), partition_by=(STATE_PARTITION,), deletion_vectors=True
     )
 
 
-def read_state(spark: SparkSession, path: Path | str, version: int | None = None, keep_partition: bool = False):
+def read_state(spark: SparkSession, path: Location | str, version: int | None = None, keep_partition: bool = False):
     """The state as of ``version`` (the newest when None), without the partition column unless ``keep_partition``
     (for :func:`table_state`)."""
     state = delta_tables.read_version(spark, str(path), version)
     return state if keep_partition else state.drop(STATE_PARTITION)
 
 
-def state_ref(path: Path | str, version: int, patterns_file: Path | str | None) -> dict:
+def state_ref(path: Location | str, version: int, patterns_file: Location | str | None) -> dict:
     """One version of a state, as a run summary names it for the reconciliation: its table, version and patterns."""
     return {"path": str(path), "version": version, "patterns": str(patterns_file) if patterns_file else None}
 
@@ -81,7 +81,7 @@ def read_state_ref(spark: SparkSession, ref: dict) -> DataFrame:
 
 
 def read_patterns_ref(spark: SparkSession, ref: dict) -> DataFrame | None:
-    return read_patterns(spark, Path(ref["patterns"])) if ref.get("patterns") else None
+    return read_patterns(spark, Location(ref["patterns"])) if ref.get("patterns") else None
 
 
 def table_state(state: DataFrame, table_id: str) -> DataFrame:
@@ -103,7 +103,7 @@ def merge_fits(state_rows: int, change_count: int) -> bool:
 
 
 def commit_state(
-    path: Path,
+    path: Location,
     base_state: DataFrame | None,
     base_patterns: DataFrame | None,
     changes: DataFrame,
@@ -143,7 +143,7 @@ def _rows_of(state: DataFrame, patterns: DataFrame | None) -> int:
     return state.count()
 
 
-def save_patterns(patterns: DataFrame, file: Path) -> DataFrame:
+def save_patterns(patterns: DataFrame, file: Location) -> DataFrame:
     """Compute the patterns of a state version (a small aggregation, or a frame made by
     :func:`cdcreplay.tables.changed_patterns`) once, and keep them in ``file``; them, as a frame of local rows."""
     document = local_rows(patterns)
@@ -151,7 +151,7 @@ def save_patterns(patterns: DataFrame, file: Path) -> DataFrame:
     return _frame(patterns.sparkSession, document)
 
 
-def read_patterns(spark: SparkSession, file: Path) -> DataFrame | None:
+def read_patterns(spark: SparkSession, file: Location) -> DataFrame | None:
     """The patterns kept in ``file``; None where none were kept."""
     try:
         document = json.loads(file.read_text(encoding="utf-8"))

@@ -18,7 +18,8 @@ Layout under ``<warehouse>/<pipeline>/``::
 
 Each Delta commit is atomic, but a run commits several tables: readers who need one run's tables together (the
 reconciliation, ``read_table``, ``cdcreplay show-table``) read each table as of the version ``_CURRENT.json`` names.
-A run writes the pointer (temporary file, fsync, ``os.replace``) only after every commit and the audit; a run that
+The warehouse may be a local folder or an S3 prefix (``cdcreplay.storage``). A run writes the pointer (one atomic
+replace: a rename on a local disk, a PUT on S3) only after every commit and the audit; a run that
 fails or dies before it leaves the previous pointer, and its commits are rolled back before the next run builds on
 the tables (``delta_tables.roll_back_to``). Versions older than the ``keep_versions`` newest published ones are
 vacuumed. ``_LOCK.json`` is held while a run writes (see :func:`pipeline_lock`).
@@ -30,14 +31,13 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import socket
-import tempfile
 import time
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
+
+from cdcreplay.storage import Location
 
 CURRENT_FILE = "_CURRENT.json"
 STATE_FOLDER = "state"
@@ -48,6 +48,8 @@ LEGACY_VERSIONS_FOLDER = "versions"
 LOCK_FILE = "_LOCK.json"
 # A lock older than this is taken to belong to a run that died on another machine (where its pid cannot be checked).
 LOCK_STALE_AFTER_S = 6 * 3600
+# Breaking a stale lock takes a read and a delete; a marker older than this belongs to a run that died doing it.
+BREAKING_STALE_AFTER_S = 300
 UNSAFE_PATH_CHARS = re.compile(r"[^A-Za-z0-9_.\-]|^\.+")
 # Longer folder names are cut and made unique with a hash of the whole id (file systems allow 255 bytes).
 MAX_FOLDER_NAME = 200
@@ -86,31 +88,35 @@ class PipelinePaths:
         _folder(self.pipeline, "pipeline")
 
     @property
-    def root(self) -> Path:
-        return Path(self.warehouse) / self.pipeline
+    def root(self) -> Location:
+        return Location(self.warehouse) / self.pipeline
 
     @property
-    def current_file(self) -> Path:
+    def current_file(self) -> Location:
         return self.root / CURRENT_FILE
 
     @property
-    def lock_file(self) -> Path:
+    def lock_file(self) -> Location:
         return self.root / LOCK_FILE
 
     @property
-    def state_dir(self) -> Path:
+    def state_dir(self) -> Location:
         return self.root / STATE_FOLDER
 
-    def patterns_file(self, state_version: int) -> Path:
+    def patterns_file(self, state_version: int) -> Location:
         return self.root / PATTERNS_FOLDER / f"{state_version}.json"
 
-    def table_dir(self, table_id: str) -> Path:
+    def table_dir(self, table_id: str) -> Location:
         return self.root / TABLES_FOLDER / table_folder_name(table_id)
 
-    def run_dir(self, run_id: str) -> Path:
-        return self.root / "runs" / _folder(run_id, "run id")
+    @property
+    def runs_dir(self) -> Location:
+        return self.root / "runs"
 
-    def run_file(self, run_id: str, name: str) -> Path:
+    def run_dir(self, run_id: str) -> Location:
+        return self.runs_dir / _folder(run_id, "run id")
+
+    def run_file(self, run_id: str, name: str) -> Location:
         return self.run_dir(run_id) / name
 
 
@@ -122,23 +128,19 @@ def new_version(run_id: str) -> str:
 def read_current(paths: PipelinePaths) -> dict | None:
     """The published pointer, or None before the first publish."""
     try:
-        return json.loads(paths.current_file.read_text(encoding="utf-8"))
+        return read_json(paths.current_file)
     except FileNotFoundError:
         return None
 
 
-def write_json_atomically(path: Path, document: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            json.dump(document, stream, indent=2, sort_keys=True, default=str)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+def write_json_atomically(path: Location | str, document: dict) -> None:
+    """Replace the JSON file in one step: a reader sees the old document or the new one."""
+    Location(path).write_text(json.dumps(document, indent=2, sort_keys=True, default=str))
+
+
+def read_json(path: Location | str) -> dict:
+    """A JSON file written by :func:`write_json_atomically`; FileNotFoundError when it does not exist."""
+    return json.loads(Location(path).read_text())
 
 
 def is_legacy(current: dict) -> bool:
@@ -188,7 +190,7 @@ def publish(
     if built_on is not None and all(e["version"] != built_on["version"] for e in history):
         pointer["built_on"] = built_on  # kept beside the history until the next publish
     write_json_atomically(paths.current_file, pointer)
-    shutil.rmtree(paths.root / LEGACY_VERSIONS_FOLDER, ignore_errors=True)  # an earlier release's copies
+    (paths.root / LEGACY_VERSIONS_FOLDER).remove_tree()  # an earlier release's copies
     return pointer
 
 
@@ -210,10 +212,9 @@ def oldest_kept_versions(pointer: dict) -> dict[str, int]:
 def remove_unkept_patterns(paths: PipelinePaths, pointer: dict) -> None:
     """Drop the pattern files of state versions no kept version reads."""
     kept = {f"{entry['state_version']}.json" for entry in kept_entries(pointer)}
-    folder = paths.root / PATTERNS_FOLDER
-    for file in folder.iterdir() if folder.is_dir() else ():
+    for file in (paths.root / PATTERNS_FOLDER).iterdir():
         if file.name not in kept:
-            file.unlink(missing_ok=True)
+            file.unlink()
 
 
 def published_table(paths: PipelinePaths, table_id: str) -> tuple[str, int]:
@@ -253,10 +254,12 @@ def published_rows(paths: PipelinePaths, table_id: str):
     import pyarrow as pa
     from deltalake import DeltaTable
 
+    from cdcreplay.storage import delta_rs_options
+
     path, version = published_table(paths, table_id)
     if version is None:  # every key deleted before the table was ever typed: no columns, no rows
         return pa.table({})
-    return DeltaTable(path, version=version).to_pyarrow_table()
+    return DeltaTable(path, version=version, storage_options=delta_rs_options()).to_pyarrow_table()
 
 
 class PipelineBusyError(RuntimeError):
@@ -279,15 +282,45 @@ def _lock_is_stale(holder: dict, now: float) -> bool:
     return now - float(holder.get("acquired_at_epoch", 0)) > LOCK_STALE_AFTER_S
 
 
+def _broken_marker(paths: PipelinePaths, holder: dict) -> Location:
+    """The file whose creation gives one run the right to remove the stale lock ``holder`` (one per lock taken)."""
+    taken = hashlib.sha256(json.dumps(holder, sort_keys=True).encode("utf-8")).hexdigest()[:24]
+    return paths.root / f".{LOCK_FILE}.broken-{taken}"
+
+
+def _break_stale_lock(paths: PipelinePaths, holder: dict, me: dict) -> None:
+    """Remove the stale lock ``holder``, unless another run is doing so (then the caller tries again and waits).
+
+    Of the runs that find the same stale lock, the one that creates its marker removes it, and only if the lock is
+    still that one; the marker goes when the lock has gone. A run that comes later with the same stale reading
+    finds the lock gone or a newer one, and leaves it: no run removes a lock that a newer run took meanwhile.
+    """
+    marker = _broken_marker(paths, holder)
+    if not marker.create_exclusive(json.dumps(me)):
+        if time.time() - marker.modified_at() > BREAKING_STALE_AFTER_S:
+            marker.unlink()  # the run that was breaking the lock died doing so
+        return
+    try:
+        try:
+            still = read_json(paths.lock_file)
+        except (FileNotFoundError, json.JSONDecodeError):
+            return
+        if still == holder:
+            paths.lock_file.unlink()
+    finally:
+        marker.unlink()
+
+
 @contextmanager
 def pipeline_lock(paths: PipelinePaths, run_id: str):
     """Hold the pipeline's write lock for the body: two runs never write one pipeline's warehouse folder at once.
 
-    The lock is a file created with O_EXCL. A crashed run cannot hold it forever: on the same host a lock whose
-    process is gone is stale, elsewhere one older than ``LOCK_STALE_AFTER_S``. A stale lock is broken by renaming
-    it away (atomic: of two runs breaking it at once, one wins the rename and the other retries and waits).
+    The lock is a file created only if absent: ``O_EXCL`` on a local disk, a conditional PUT on S3 (see
+    ``cdcreplay.storage``), so of two runs exactly one takes it, on one machine or many. A crashed run cannot hold it
+    forever: on the same host a lock whose process is gone is stale, elsewhere one older than ``LOCK_STALE_AFTER_S``
+    (see :func:`_break_stale_lock`).
     """
-    paths.root.mkdir(parents=True, exist_ok=True)
+    paths.root.mkdir()
     me = {
         "run_id": run_id,
         "pid": os.getpid(),
@@ -296,34 +329,28 @@ def pipeline_lock(paths: PipelinePaths, run_id: str):
         "acquired_at_epoch": time.time(),
     }
     for _attempt in range(3):
+        if paths.lock_file.create_exclusive(json.dumps(me)):
+            break
         try:
-            handle = os.open(paths.lock_file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            try:
-                holder = json.loads(paths.lock_file.read_text(encoding="utf-8"))
-            except (FileNotFoundError, json.JSONDecodeError):
-                holder = {}  # released meanwhile, or being written: try again
-            if holder and not _lock_is_stale(holder, time.time()):
-                raise PipelineBusyError(
-                    f"pipeline {paths.pipeline!r} is being written by run {holder.get('run_id')} (pid "
-                    f"{holder.get('pid')} on {holder.get('host')} since {holder.get('acquired_at')}); run again when "
-                    f"it is done, or delete {paths.lock_file} if that run is known to be gone"
-                ) from None
-            if holder:
-                with suppress(FileNotFoundError):
-                    os.rename(paths.lock_file, paths.root / f".{LOCK_FILE}.stale-{os.getpid()}-{time.time_ns()}")
-            continue
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            json.dump(me, stream)
-        break
+            holder = read_json(paths.lock_file)
+        except (FileNotFoundError, json.JSONDecodeError):
+            holder = {}  # released meanwhile, or being written: try again
+        if holder and not _lock_is_stale(holder, time.time()):
+            raise PipelineBusyError(
+                f"pipeline {paths.pipeline!r} is being written by run {holder.get('run_id')} (pid "
+                f"{holder.get('pid')} on {holder.get('host')} since {holder.get('acquired_at')}); run again when "
+                f"it is done, or delete {paths.lock_file} if that run is known to be gone"
+            ) from None
+        if holder:
+            _break_stale_lock(paths, holder, me)
     else:
         raise PipelineBusyError(f"pipeline {paths.pipeline!r}: could not take the lock {paths.lock_file}; run again")
     try:
         yield
     finally:
-        with suppress(FileNotFoundError):
-            holder = json.loads(paths.lock_file.read_text(encoding="utf-8"))
-            if holder.get("pid") == me["pid"] and holder.get("run_id") == run_id:
-                paths.lock_file.unlink()
-        for debris in paths.root.glob(f".{LOCK_FILE}.stale-*"):
-            debris.unlink(missing_ok=True)
+        try:
+            holder = read_json(paths.lock_file)
+        except (FileNotFoundError, json.JSONDecodeError):
+            holder = {}
+        if holder == me:
+            paths.lock_file.unlink()

@@ -19,6 +19,7 @@ from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse, RedirectResponse, Response
 
 from cdcreplay.config import ConfigError
+from cdcreplay.storage import Location
 from cdcreplay_ui import pages
 from cdcreplay_ui.runs_index import DEFAULT_DIFF_STATUSES, RUN_FILES, NotFound, Refused, Warehouse
 
@@ -48,6 +49,14 @@ def _relative_root(request: Request) -> str:
     inner = path[len(mount) :] if mount and path.startswith(mount) else path
     depth = max(inner.count("/") - 1, 0)
     return "../" * depth or "./"
+
+
+def file_response(target: Location, media_type: str) -> Response:
+    """A run's file: streamed from a local disk as before; an S3 object is read whole (reports and Data Docs pages
+    are small) and sent as bytes with the same content type."""
+    if target.is_local:
+        return FileResponse(str(target), media_type=media_type)
+    return Response(target.read_bytes(), media_type=media_type)
 
 
 async def require_reader(request: Request) -> None:
@@ -127,7 +136,7 @@ def create_app() -> FastAPI:
     @router.get("/runs/{pipeline}/{run_id}/manifest.json")
     def manifest(pipeline: str, run_id: str):
         warehouse, _ = open_warehouse()
-        return FileResponse(warehouse.run_file(pipeline, run_id, RUN_FILES["manifest"]), media_type="application/json")
+        return file_response(warehouse.run_file(pipeline, run_id, RUN_FILES["manifest"]), "application/json")
 
     @router.get("/runs/{pipeline}/{run_id}/report.md")
     def report(pipeline: str, run_id: str):
@@ -140,7 +149,7 @@ def create_app() -> FastAPI:
         warehouse, _ = open_warehouse()
         target = warehouse.run_file(pipeline, run_id, f"reconcile/data_docs/{path}" if path else "")
         media_type = mimetypes.guess_type(target.name)[0] or "application/octet-stream"
-        return FileResponse(target, media_type=media_type)
+        return file_response(target, media_type)
 
     @router.get("/dag-runs/{dag_run_id}/", **_HTML)
     def dag_run(request: Request, dag_run_id: str):

@@ -5,8 +5,9 @@ is read with pyarrow, a bounded number of rows at a time.
 
 A run of a pipeline is ``<warehouse>/<pipeline>/runs/<run_id>/`` (see ``cdcreplay.warehouse``): ``summary.json``
 (counts per stage, the quarantine by reason, and after the reconcile job the ``reconciliation`` result),
-``manifest.json`` and ``reconcile/{diff/, metrics.json, report.md, data_docs/}``. Only configured pipelines are
-listed, and every file served must resolve (symlinks included) to a path inside its run folder.
+``manifest.json`` and ``reconcile/{diff/, metrics.json, report.md, data_docs/}``. The warehouse is a local folder or
+an S3 prefix: everything is read through ``cdcreplay.storage.Location``. Only configured pipelines are listed, and
+every file served must be inside its run folder (on a local disk: resolved, symlinks included).
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import json
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+
+from cdcreplay.storage import Location, unsupported_scheme
 
 # Diff statuses in the order the view shows them, with the short names of its columns. A key the snapshot read but
 # the changes never created is "missing"; a key the changes say is live but the snapshot did not read is "extra".
@@ -98,12 +101,16 @@ class DiffPage:
 
 
 class Warehouse:
-    """The runs of the configured pipelines under one warehouse folder."""
+    """The runs of the configured pipelines under one warehouse folder (local or ``s3a://bucket/prefix``)."""
 
-    def __init__(self, root: str | Path, pipelines: dict[str, str]):
-        if "://" in str(root) and not str(root).startswith("file://"):
-            raise NotFound(f"the warehouse {root} is not a local folder; the view reads runs from local files only")
-        self.root = Path(str(root).removeprefix("file://")).resolve()
+    def __init__(self, root: str | Path | Location, pipelines: dict[str, str]):
+        problem = unsupported_scheme(str(root))
+        if problem:
+            raise NotFound(f"the view cannot read the warehouse {problem}")
+        location = Location(root)
+        # A local warehouse is resolved: run_file compares resolved paths to refuse symlinks that lead out of it.
+        self.root: Path | Location = Path(str(location)).resolve() if location.is_local else location
+        self.location = Location(self.root)
         self.pipelines = dict(pipelines)  # name -> format
 
     @classmethod
@@ -113,12 +120,12 @@ class Warehouse:
 
     # --- runs ------------------------------------------------------------------------------------------------------
 
-    def run_dir(self, pipeline: str, run_id: str) -> Path:
+    def run_dir(self, pipeline: str, run_id: str) -> Location:
         if pipeline not in self.pipelines:
             raise NotFound(f"pipeline {pipeline!r} is not in the config; configured: {', '.join(self.pipelines)}")
         if not SAFE_NAME.match(run_id):
             raise NotFound(f"{run_id!r} is not a run id of this warehouse")
-        folder = self.root / pipeline / "runs" / run_id
+        folder = self.location / pipeline / "runs" / run_id
         if not (folder / "summary.json").is_file():
             raise NotFound(f"pipeline {pipeline} has no run {run_id}")
         return folder
@@ -131,12 +138,10 @@ class Warehouse:
         """The pipeline's newest runs first (by reconciliation time, else summary time)."""
         if pipeline not in self.pipelines:
             raise NotFound(f"pipeline {pipeline!r} is not in the config")
-        runs_dir = self.root / pipeline / "runs"
-        if not runs_dir.is_dir():
-            return []
+        runs_dir = self.location / pipeline / "runs"
         folders = [p for p in runs_dir.iterdir() if SAFE_NAME.match(p.name) and (p / "summary.json").is_file()]
         # Newest summaries first, so that only `limit` summaries are parsed however many runs there are.
-        folders.sort(key=lambda p: (p / "summary.json").stat().st_mtime, reverse=True)
+        folders.sort(key=lambda p: (p / "summary.json").modified_at(), reverse=True)
         runs = [_run_info(self.pipelines[pipeline], folder) for folder in folders[:limit]]
         oldest = datetime.min.replace(tzinfo=UTC)
         return sorted(runs, key=lambda r: (r.time or oldest, r.run_id), reverse=True)
@@ -159,15 +164,19 @@ class Warehouse:
 
     # --- files -----------------------------------------------------------------------------------------------------
 
-    def run_file(self, pipeline: str, run_id: str, relative: str) -> Path:
+    def run_file(self, pipeline: str, run_id: str, relative: str) -> Location:
         """An existing file inside the run folder; refuses any path that leads out of it."""
-        folder = self.run_dir(pipeline, run_id).resolve()
-        parts = Path(relative).parts
-        if not relative or Path(relative).is_absolute() or ".." in parts or "\\" in relative or "\x00" in relative:
+        folder = self.run_dir(pipeline, run_id)
+        path = PurePosixPath(relative)
+        if not relative or path.is_absolute() or ".." in path.parts or "\\" in relative or "\x00" in relative:
             raise Refused(f"refused {relative!r}: only files inside the run folder are served")
-        target = (folder / relative).resolve()
-        if not target.is_relative_to(folder) or not target.is_relative_to(self.root):
-            raise Refused(f"refused {relative!r}: it resolves outside the run folder")
+        # Joined from the normalized parts: an S3 key with "//" or "/./" in it would name another object.
+        target = folder / "/".join(path.parts)
+        if target.is_local:  # only a local disk has symlinks: where the file really is must be inside the run
+            resolved = Path(target).resolve()
+            if not resolved.is_relative_to(Path(folder).resolve()) or not resolved.is_relative_to(self.root):
+                raise Refused(f"refused {relative!r}: it resolves outside the run folder")
+            target = Location(resolved)
         if not target.is_file():
             raise NotFound(f"run {run_id} of {pipeline} has no file {relative}")
         return target
@@ -203,7 +212,8 @@ class Warehouse:
         if not folder.is_dir():
             raise NotFound(f"run {run_id} of {pipeline} has no diff table (it was not reconciled)")
         # Spark's _SUCCESS and .crc files are skipped by the dataset's default ignore prefixes.
-        dataset = ds.dataset(str(folder), format="parquet")
+        filesystem, path = folder.arrow_filesystem()
+        dataset = ds.dataset(path, filesystem=filesystem, format="parquet")
         in_table = pc.field("table_id") == table_id if table_id else None
         columns = dataset.to_table(columns=["table_id", "status"], filter=in_table)
         counts = {status: 0 for status in STATUSES}
@@ -226,7 +236,7 @@ class Warehouse:
         )
 
 
-def _read_json(path: Path) -> dict:
+def _read_json(path: Location) -> dict:
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -267,7 +277,7 @@ def table_results(epochs: list[dict]) -> tuple[TableResult, ...]:
     return tuple(results)
 
 
-def _run_info(fmt: str, folder: Path) -> RunInfo:
+def _run_info(fmt: str, folder: Location) -> RunInfo:
     summary_file = folder / "summary.json"
     summary = _read_json(summary_file)
     reconciliation = summary.get("reconciliation") or {}
@@ -280,15 +290,15 @@ def _run_info(fmt: str, folder: Path) -> RunInfo:
         verdict = "not reconciled"
     time = _parse_time(reconciliation.get("generated_at"))
     if time is None:
-        time = datetime.fromtimestamp(summary_file.stat().st_mtime, UTC)
+        time = datetime.fromtimestamp(summary_file.modified_at(), UTC)
     headline = str(reconciliation.get("headline") or reconciliation.get("reason") or "")
     # The headline names the diff's absolute path on the worker; the view links to it instead.
     headline = re.sub(r"\s*Diff: \S+$", "", headline)
     epochs = tuple(reconciliation.get("tables") or ())
     files = frozenset(name for name, relative in RUN_FILES.items() if (folder / relative).exists())
     docs = folder / "reconcile" / "data_docs"
-    validations = sorted((docs / "validations").glob("**/*.html")) if "data_docs" in files else []
-    data_docs_page = validations[-1].relative_to(docs).as_posix() if validations else None
+    validations = [r for _, r in (docs / "validations").files() if r.endswith(".html")] if "data_docs" in files else []
+    data_docs_page = f"validations/{validations[-1]}" if validations else None
     if data_docs_page is None and "data_docs" in files:
         data_docs_page = "index.html"
     return RunInfo(
