@@ -17,15 +17,15 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseOperatorLink, CronDataIntervalTimetable, Param, TriggerRule, dag, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+# The product's own names (no pyspark): the form's name pattern is the rule the jobs check again.
+from cdcreplay.contracts import NAME_PATTERN
+
 # The jobs ship in the same repository (or DAG bundle) as this file: <repo>/dags/<this file>, <repo>/jobs/*.py.
 REPO = Path(__file__).resolve().parents[1]
 REPLAY_JOB = str(REPO / "jobs" / "replay.py")
 RECONCILE_JOB = str(REPO / "jobs" / "reconcile.py")
 DEFAULT_CONFIG = os.environ.get("CDCREPLAY_CONFIG") or str(REPO / "config" / "pipelines.yaml")
 
-# Same rule as cdcreplay.config.SAFE_NAME (names become folder names and command-line arguments). `(?!\n)`: in
-# Python (jsonschema) `$` also matches before a final newline; in the browser (ECMAScript) the look-ahead is a no-op.
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$(?!\n)"
 # Empty, a date, or a date-time with optional offset. `format: date-time` gives the UI its date-time picker, but
 # jsonschema only enforces `format` when rfc3339-validator is installed, so the pattern is what rejects bad values.
 # The picker (Airflow 3.3) takes a date and a time in the UI's selected time zone, the browser's unless the user

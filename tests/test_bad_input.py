@@ -283,7 +283,7 @@ def test_the_summary_accounts_for_every_record_per_partition(spark, tmp_path, ca
 
 
 def test_a_partition_whose_records_do_not_add_up_fails_the_run_naming_it():
-    from cdcreplay.pipeline import AccountingError, _check_accounting
+    from cdcreplay.accounting import AccountingError, check_accounting
     from cdcreplay.run_spec import RunSpec
 
     def counts(distinct, changelog, control, quarantined):
@@ -301,7 +301,7 @@ def test_a_partition_whose_records_do_not_add_up_fails_the_run_naming_it():
         "partitions": {"shop.items": {"0": counts(5, 2, 1, 2), "1": counts(3, 1, 0, 1), "2": counts(0, 1, 0, 0)}},
     }
     with pytest.raises(AccountingError) as error:
-        _check_accounting(kinds, {"distinct_records": 8}, RunSpec(config="c.yaml", run_id="r"))
+        check_accounting(kinds, {"distinct_records": 8}, RunSpec(config="c.yaml", run_id="r"))
     assert str(error.value) == (
         "records read and records accounted for disagree: topic shop.items partition 1: read 3 distinct records but "
         "2 are accounted for (changelog 1, control 0, quarantined 1); topic shop.items partition 2: read 0 distinct "

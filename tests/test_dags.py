@@ -22,6 +22,8 @@ REPO = Path(__file__).resolve().parents[1]
 DAGS = REPO / "dags"
 DAG_FILES = sorted(DAGS.glob("*.py"))
 HEAVY_MODULES = ("pyspark", "cdcreplay", "great_expectations", "pandas")
+# What a DAG file may import of the product when it is parsed: its shared names, which import nothing.
+PARSE_TIME_PRODUCT_MODULES = ("cdcreplay", "cdcreplay.contracts")
 
 # Runs in a fresh interpreter: parse one DAG file with the DagBag and describe what it holds.
 PARSE_SCRIPT = textwrap.dedent(
@@ -97,7 +99,9 @@ def test_dag_file_imports_without_errors(parsed):
 
 
 def test_dag_file_is_thin(parsed):
-    heavy = [m for m in parsed["new_modules"] if m.split(".")[0] in HEAVY_MODULES]
+    heavy = [
+        m for m in parsed["new_modules"] if m.split(".")[0] in HEAVY_MODULES and m not in PARSE_TIME_PRODUCT_MODULES
+    ]
     assert heavy == [], f"parsing imported {heavy[:5]}: import them inside tasks or jobs, not at parse time"
     assert parsed["opened"] == [], f"parsing read {parsed['opened']}: read files inside tasks, not at parse time"
 

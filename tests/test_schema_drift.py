@@ -1,7 +1,7 @@
 """Schema drift mid-replay: a column added, dropped or widened, and a type change old values cannot follow.
 
 Every message declares its columns (Canal `mysqlType`, the Debezium schema); the newest declaration of a column gives
-its type in the published table (README "Schema drift").
+its type in the published table (docs/how-it-works.md, "Schema drift").
 """
 
 from __future__ import annotations

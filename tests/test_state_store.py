@@ -14,7 +14,7 @@ from pathlib import Path
 from archive_helpers import Record, pipeline_config, write_parquet
 from test_compaction import change, frame, whole_state
 
-from cdcreplay import delta_tables, pipeline, state_store
+from cdcreplay import delta_tables, state_store, typed_tables
 from cdcreplay.compaction import CARRY_OVER_MAX_CHANGES, changed_rows, latest_rows
 from cdcreplay.entrypoints import EXIT_ERROR, EXIT_OK, reconcile_main, replay_main
 from cdcreplay.state_store import (
@@ -169,7 +169,7 @@ def published(spark, root) -> dict[str, list[dict]]:
 
 
 def test_nights_merge_until_a_limit_and_publish_what_a_full_rebuild_does(spark, tmp_path, caplog, monkeypatch):
-    monkeypatch.setattr(pipeline, "TYPED_MERGE_MIN_ROWS", 0)  # the typed tables too are merged where the state is
+    monkeypatch.setattr(typed_tables, "TYPED_MERGE_MIN_ROWS", 0)  # the typed tables too are merged where the state is
     with caplog.at_level(logging.INFO, logger="cdcreplay.progress"):
         summaries = replay_nights(tmp_path, "nightly", sorted(NIGHTS.items()))
     # night 1 a full rebuild; 2 and 3 merge; 4 truncates: whole; 5 merges onto that; 6 too many changes: whole.
@@ -210,7 +210,7 @@ def test_a_merge_that_would_fold_two_keys_into_one_typed_row_is_written_whole_an
     """Keys "1" and "01" are two keys of the state but one int: a merge would update the typed row of key 1 with
     key "01"'s row, and the table would silently hold one row for two keys. The run writes the table whole instead,
     and the audit refuses it, as it refuses a full rebuild of the same rows."""
-    monkeypatch.setattr(pipeline, "TYPED_MERGE_MIN_ROWS", 0)
+    monkeypatch.setattr(typed_tables, "TYPED_MERGE_MIN_ROWS", 0)
     night_2 = [canal(2, "INSERT", [{"id": "01", "v": "a01"}])]
     replay_nights(tmp_path, "folded", [(1, NIGHTS[1])])
     root = tmp_path / "folded"

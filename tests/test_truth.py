@@ -13,7 +13,7 @@ from datetime import timedelta
 import pytest
 from archive_helpers import pipeline_config
 
-from cdcreplay import pipeline, state_store
+from cdcreplay import state_store, typed_tables
 from cdcreplay.entrypoints import EXIT_OK, replay_main
 from cdcreplay.simulator import FORMATS, build_sample_archive
 from cdcreplay.warehouse import read_table
@@ -84,8 +84,8 @@ def test_nightly_incremental_runs_equal_the_truth_and_reruns_change_nothing(spar
     # against the truth.
     monkeypatch.setattr(state_store, "MAX_MERGE_SHARE", 100)
     # The typed tables too are merged with their changed keys' rows whatever their size.
-    monkeypatch.setattr(pipeline, "TYPED_MERGE_MIN_ROWS", 0)
-    monkeypatch.setattr(pipeline, "TYPED_MERGE_MAX_SHARE", 100)
+    monkeypatch.setattr(typed_tables, "TYPED_MERGE_MIN_ROWS", 0)
+    monkeypatch.setattr(typed_tables, "TYPED_MERGE_MAX_SHARE", 100)
     merged = []
     first_day = history.start.replace(hour=0, minute=0, second=0, microsecond=0)
     last_day = history.end

@@ -43,16 +43,22 @@ def show_table(config_path: str, pipeline: str, table_id: str, limit: int | None
     return 0
 
 
-def latest_run_id(config, pipeline: str) -> str | None:
-    """The run of ``pipeline`` whose summary was written last (local or on S3)."""
-    from cdcreplay.warehouse import PipelinePaths
+# The lab: what makes archives, measures and demonstrates the jobs, but never runs in them. Left out of the package
+# the cluster receives (tests/test_import_graph.py holds that the jobs import none of it).
+LAB_MODULES = (
+    "simulator",
+    "benchmark",
+    "benchmark_keyed",
+    "benchmark_reconcile",
+    "benchmark_reference",
+    "demo",
+    "airflow_env",
+)
 
-    written = []
-    for run in PipelinePaths(config.warehouse, pipeline).runs_dir.iterdir():
-        summary = run / "summary.json"
-        if summary.is_file():
-            written.append((summary.modified_at(), run.name))
-    return max(written)[1] if written else None
+
+def is_lab_code(relative: Path) -> bool:
+    """Whether a file of the package (its path relative to the package folder) is lab code."""
+    return relative.parts[0].removesuffix(".py") in LAB_MODULES
 
 
 # Where `cdcreplay package` writes by default; the DAG ships it when CDCREPLAY_PY_FILES names it.
@@ -60,7 +66,8 @@ DEFAULT_PACKAGE = Path(__file__).resolve().parents[2] / "var" / "dist" / "cdcrep
 
 
 def build_package(out: Path) -> int:
-    """Zip the cdcreplay package (its .py files) for spark-submit --py-files; return the number of modules.
+    """Zip the cdcreplay package (its .py files, without the lab code) for spark-submit --py-files; return the
+    number of modules.
 
     The executors import the jobs' code from this file, so it must be rebuilt whenever jobs/cdcreplay changes.
     Entries are sorted and carry a fixed timestamp (the same code gives the same bytes), and the file is replaced in
@@ -71,7 +78,9 @@ def build_package(out: Path) -> int:
     import zipfile
 
     package = Path(__file__).resolve().parent
-    modules = sorted(p for p in package.rglob("*.py") if "__pycache__" not in p.parts)
+    modules = sorted(
+        p for p in package.rglob("*.py") if "__pycache__" not in p.parts and not is_lab_code(p.relative_to(package))
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     handle, temp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
     os.close(handle)
@@ -88,21 +97,6 @@ def build_package(out: Path) -> int:
         if os.path.exists(temp):
             os.unlink(temp)
     return len(modules)
-
-
-def report(config_path: str, run_id: str | None) -> int:
-    from cdcreplay.report import render_run
-    from cdcreplay.run_spec import RunSpec
-
-    config = load_config(config_path)
-    for pipeline in config.project.pipelines:
-        chosen = run_id or latest_run_id(config, pipeline.name)
-        if chosen is None:
-            print(f"pipeline {pipeline.name}: no runs yet")
-            continue
-        spec = RunSpec(config=str(config.path), run_id=chosen, pipelines=(pipeline.name,))
-        print(render_run(spec.to_json()))
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,7 +152,10 @@ def main(argv: list[str] | None = None) -> int:
         if command == "report":
             parser.add_argument("--run-id")
             args = parser.parse_args(rest)
-            return report(args.config, args.run_id)
+            from cdcreplay.report import render_runs
+
+            print(render_runs(args.config, args.run_id))
+            return 0
     except (ConfigError, FileNotFoundError, KeyError) as exc:
         print(f"cdcreplay {command}: {exc}", file=sys.stderr)
         return 2

@@ -14,6 +14,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from cdcreplay.contracts import SAFE_NAME, SAFE_NAME_RULE
 from cdcreplay.formats import KNOWN_FORMATS, REGISTRY, option_error
 from cdcreplay.storage import unsupported_scheme
 
@@ -24,10 +25,8 @@ SPARK_TYPES = re.compile(
 )
 # Names that end up in file paths and command lines: letters, digits and a few separators only. `\Z`, not `$`:
 # Python's `$` also matches before a trailing newline, which would let "name\n" through.
-SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}\Z")
 KAFKA_TOPIC = re.compile(r"^[A-Za-z0-9._\-]{1,249}\Z")
 KAFKA_TOPIC_RULE = "Kafka topic names use letters, digits, '.', '_' and '-', at most 249 characters"
-SAFE_NAME_RULE = "use letters, digits, '_', '-' and '.', starting with a letter or digit, at most 128 characters"
 # Table ids name the DATA's tables, which may be called anything (spaces, any script): they only select rows and
 # are mapped to folder names safely (warehouse.table_folder_name). What they may not hold is invisible text.
 MAX_TABLE_ID = 512

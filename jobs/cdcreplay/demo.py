@@ -128,8 +128,8 @@ def _comparable(line: str) -> str:
 
 def check_against_truth(config: LoadedConfig, expected: dict) -> bool:
     """Print, per pipeline and table, whether the published rows and the verdict are what the simulator says."""
-    from cdcreplay.cli import latest_run_id
     from cdcreplay.pipeline import load_summary
+    from cdcreplay.warehouse import PipelinePaths, latest_run_id
 
     all_good = True
     for pipeline in config.project.pipelines:
@@ -148,7 +148,7 @@ def check_against_truth(config: LoadedConfig, expected: dict) -> bool:
             missing, extra = len(set(true_rows) - set(got)), len(set(got) - set(true_rows))
             print(f"  {table_id:24} {len(got):>8} rows   DIFFERENT: {missing} true rows missing, {extra} rows not true")
 
-        run_id = latest_run_id(config, pipeline.name)
+        run_id = latest_run_id(PipelinePaths(config.warehouse, pipeline.name))
         summary = load_summary(config, pipeline.name, run_id) if run_id else None
         reconciliation = (summary or {}).get("reconciliation") or {}
         verdict = reconciliation.get("verdict", "missing")
@@ -190,10 +190,10 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"airflow exited {code}; the whole log is {log}")
         return 1
 
-    from cdcreplay.cli import report
+    from cdcreplay.report import render_runs
 
     print()
-    report(str(config.path), None)
+    print(render_runs(str(config.path)))
     good = check_against_truth(config, expected)
     print()
     _say(f"Airflow log: {log}")

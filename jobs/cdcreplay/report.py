@@ -5,6 +5,7 @@ from __future__ import annotations
 from cdcreplay.config import load_config
 from cdcreplay.pipeline import load_summary
 from cdcreplay.run_spec import RunSpec
+from cdcreplay.warehouse import PipelinePaths, latest_run_id
 
 
 def render_replay(summaries: list[dict]) -> str:
@@ -114,3 +115,94 @@ def render_run(spec_json: str) -> str:
     if reconciliations:
         parts.append(render_reconciliation(reconciliations))
     return "\n".join(parts)
+
+
+def render_runs(config_path: str, run_id: str | None = None) -> str:
+    """Every pipeline's run ``run_id`` (by default each one's latest), as :func:`render_run` tells it."""
+    config = load_config(config_path)
+    parts = []
+    for pipeline in config.project.pipelines:
+        chosen = run_id or latest_run_id(PipelinePaths(config.warehouse, pipeline.name))
+        if chosen is None:
+            parts.append(f"pipeline {pipeline.name}: no runs yet")
+            continue
+        spec = RunSpec(config=str(config.path), run_id=chosen, pipelines=(pipeline.name,))
+        parts.append(render_run(spec.to_json()))
+    return "\n".join(parts)
+
+
+def _markdown_cell(value) -> str:
+    text = "" if value is None else str(value)
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_reconciliation_report(
+    summary: dict, metrics: list[dict], sample: list[dict], suite: dict, sample_rows: int
+) -> str:
+    """The reconciliation's report.md: the verdict, counts per table and epoch, the first ``sample_rows`` keys that
+    differ, the GX suite's result, and where the diff, metrics and Data Docs are."""
+    lines = [
+        "# Reconciliation report",
+        "",
+        f"**Verdict: {summary['verdict'].upper()}**  ",
+        f"Generated {summary['generated_at']}.",
+        "",
+        summary["headline"],
+        "",
+        "## Counts per table and snapshot epoch",
+        "",
+        "| table | epoch | kind | verdict | snapshot rows | incremental rows | match | mismatch "
+        "| missing_in_incremental | missing_in_snapshot | in_flight |",
+        "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for m in metrics:
+        lines.append(
+            f"| {_markdown_cell(m['table_id'])} | {m['epoch_no']} | {m['kind']} | {m['verdict']} "
+            f"| {m['snapshot_rows']} | {m['incremental_rows']} | {m['match']} | {m['mismatch']} "
+            f"| {m['missing_in_incremental']} | {m['missing_in_snapshot']} | {m['in_flight']} |"
+        )
+    if not metrics:
+        lines.append("| (no snapshot epochs in this run) | | | | | | | | | | |")
+    lines += ["", f"## First {sample_rows} non-matching rows", ""]
+    if sample:
+        lines += [
+            "| table | epoch | key | status | differing columns (snapshot / incremental) | snapshot at "
+            "| incremental at |",
+            "|---|---:|---|---|---|---|---|",
+        ]
+        for row in sample:
+            diffs = "; ".join(
+                f"{d['column']}: {d['snapshot_value']!r} / {d['incremental_value']!r}"
+                for d in row["differing_columns"] or []
+            )
+            snap = (
+                f"{row['snapshot_topic']}[{row['snapshot_partition']}]@{row['snapshot_offset']}"
+                if row["snapshot_topic"] is not None or row["snapshot_offset"] is not None
+                else ""
+            )
+            inc = (
+                f"{row['incremental_op']} {row['incremental_topic']}[{row['incremental_partition']}]"
+                f"@{row['incremental_offset']}"
+                if row["incremental_op"] is not None
+                else ""
+            )
+            lines.append(
+                f"| {_markdown_cell(row['table_id'])} | {row['epoch_no']} | {_markdown_cell(row['key'])} "
+                f"| {row['status']} | {_markdown_cell(diffs)} | {_markdown_cell(snap)} | {_markdown_cell(inc)} |"
+            )
+    else:
+        lines.append("None: no compared key differs.")
+    lines += ["", "## Great Expectations", ""]
+    lines.append(f"Suite `{suite['suite_name']}`: {'passed' if suite['success'] else 'FAILED'}.")
+    for failure in suite["failed"]:
+        lines.append(f"- {failure}")
+    lines += [
+        "",
+        "## Where things are",
+        "",
+        f"- Diff table (Parquet, all statuses): `{summary['diff_path']}`",
+        f"- Metrics: `{summary['metrics_path']}`",
+        f"- Data Docs: `{summary['data_docs_path']}`",
+        "",
+    ]
+    return "\n".join(lines)

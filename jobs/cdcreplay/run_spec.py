@@ -7,7 +7,6 @@ and the fix, then passed to the Spark jobs as one JSON argument. No pyspark impo
 from __future__ import annotations
 
 import json
-import re
 from contextlib import suppress
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -21,10 +20,9 @@ from cdcreplay.config import (
     LoadedConfig,
     PipelineConfig,
 )
+from cdcreplay.contracts import RUN_ID_MAX, RUN_ID_UNSAFE
 from cdcreplay.formats import check_config
 from cdcreplay.warehouse import PipelinePaths, read_current
-
-RUN_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
 
 
 @dataclass(frozen=True)
@@ -61,7 +59,7 @@ class RunSpec:
         if not (isinstance(run_id, str) and run_id and _cleaned_run_id(run_id) == run_id):
             raise ConfigError(
                 f"run spec: run_id {run_id!r} is not a safe run id; use letters, digits, '_', '-' and '.' (at most "
-                "150), as build_run_spec makes them"
+                f"{RUN_ID_MAX}), as build_run_spec makes them"
             )
         data["pipelines"] = _names(data.get("pipelines"), "pipelines")
         data["tables"] = _names(data.get("tables"), "tables")
@@ -81,7 +79,7 @@ class RunSpec:
 
 def _cleaned_run_id(run_id: str) -> str:
     # Cut to length before trimming, so that a cleaned id cleans to itself (RunSpec.from_json relies on it).
-    return RUN_ID_UNSAFE.sub("_", run_id)[:150].strip("._-")
+    return RUN_ID_UNSAFE.sub("_", run_id)[:RUN_ID_MAX].strip("._-")
 
 
 def safe_run_id(run_id: str) -> str:

@@ -58,7 +58,7 @@ CONTROL_DDL = (
     "table_id string, detail string"
 )
 
-# Reason codes for quarantine rows. The README lists them; keep the two in step.
+# Reason codes for quarantine rows. docs/how-it-works.md (Accounting and quarantine) lists them; keep the two in step.
 REASON_NOT_JSON = "not_json"  # payload is not parseable JSON (truncated, binary, empty object text)
 REASON_UNKNOWN_OP = "unknown_op"  # op/type the format does not define
 REASON_MISSING_KEY = "missing_key"  # no primary key could be found (message, Kafka key, or config)

@@ -12,7 +12,7 @@ from cdcreplay.compaction import event_order
 from cdcreplay.value_types import typed_value
 
 # The version of what typed_table writes for a given state. A run carries a table it did not change over from the
-# previous version (pipeline.unchanged_tables) only when that version typed it under the same value: raise it when a
+# previous version (typed_tables.unchanged_tables) only when that version typed it under the same value: raise it when a
 # release changes the typed output of the same rows (a provenance column, a conversion rule), so every table is typed
 # again once.
 TYPED_TABLE_FORMAT = 1

@@ -1,8 +1,8 @@
 """Source types -> Spark SQL types, and the typed projection of a row image (value checks: value_checks.py).
 
 Every decoder turns a value into *canonical text* (what ``CAST(text AS <type>)`` reads back; binary as base64) and
-records the column's Spark type in ``column_types``. This module holds the mappings users read in the README's
-type table, so "which MySQL type becomes what" is answered in one place.
+records the column's Spark type in ``column_types``. The table below is the one users read (the README's config
+reference points here), so "which MySQL type becomes what" is answered in one place.
 
 MySQL (Canal `mysqlType`)           Spark            Debezium schema (JsonConverter)            Spark
 tinyint(1), bool, boolean           boolean          boolean                                    boolean

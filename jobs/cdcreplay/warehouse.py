@@ -120,6 +120,18 @@ class PipelinePaths:
         return self.run_dir(run_id) / name
 
 
+def latest_run_id(paths: PipelinePaths) -> str | None:
+    """The run of the pipeline whose summary was written last (local or on S3)."""
+    from cdcreplay.contracts import SUMMARY_FILE
+
+    written = []
+    for run in paths.runs_dir.iterdir():
+        summary = run / SUMMARY_FILE
+        if summary.is_file():
+            written.append((summary.modified_at(), run.name))
+    return max(written)[1] if written else None
+
+
 def new_version(run_id: str) -> str:
     """Versions sort by creation time; the run id keeps them traceable."""
     return f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%S%fZ')}-{run_id}"[:200]

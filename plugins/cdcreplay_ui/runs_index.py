@@ -18,32 +18,44 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 
+from cdcreplay.contracts import (
+    FAILING_STATUSES,
+    MANIFEST_FILE,
+    RECONCILE_DATA_DOCS,
+    RECONCILE_DIFF,
+    RECONCILE_METRICS,
+    RECONCILE_REPORT,
+    RUN_FOLDER_NAME,
+    STATUS_IN_FLIGHT,
+    STATUS_MATCH,
+    STATUS_MISMATCH,
+    STATUS_MISSING_IN_INCREMENTAL,
+    STATUS_MISSING_IN_SNAPSHOT,
+    SUMMARY_FILE,
+)
 from cdcreplay.storage import Location, unsupported_scheme
 
 # Diff statuses in the order the view shows them, with the short names of its columns. A key the snapshot read but
 # the changes never created is "missing"; a key the changes say is live but the snapshot did not read is "extra".
 STATUS_COLUMNS = (
-    ("match", "match"),
-    ("missing_in_incremental", "missing"),
-    ("missing_in_snapshot", "extra"),
-    ("mismatch", "mismatch"),
-    ("in_flight", "in flight"),
+    (STATUS_MATCH, "match"),
+    (STATUS_MISSING_IN_INCREMENTAL, "missing"),
+    (STATUS_MISSING_IN_SNAPSHOT, "extra"),
+    (STATUS_MISMATCH, "mismatch"),
+    (STATUS_IN_FLIGHT, "in flight"),
 )
 STATUSES = tuple(status for status, _ in STATUS_COLUMNS)
-FAILING_STATUSES = ("mismatch", "missing_in_incremental", "missing_in_snapshot")
 # What the diff page shows unless asked otherwise: every key that did not match.
-DEFAULT_DIFF_STATUSES = (*FAILING_STATUSES, "in_flight")
+DEFAULT_DIFF_STATUSES = (*FAILING_STATUSES, STATUS_IN_FLIGHT)
 MAX_DIFF_ROWS = 2000
 
-# Same rule as cdcreplay.config.SAFE_NAME and the folder names cdcreplay.run_spec.safe_run_id produces.
-SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,149}$")
 # The files of a run the view links to, relative to the run folder.
 RUN_FILES = {
-    "manifest": "manifest.json",
-    "report": "reconcile/report.md",
-    "metrics": "reconcile/metrics.json",
-    "diff": "reconcile/diff",
-    "data_docs": "reconcile/data_docs/index.html",
+    "manifest": MANIFEST_FILE,
+    "report": RECONCILE_REPORT,
+    "metrics": RECONCILE_METRICS,
+    "diff": RECONCILE_DIFF,
+    "data_docs": f"{RECONCILE_DATA_DOCS}/index.html",
 }
 
 
@@ -123,10 +135,10 @@ class Warehouse:
     def run_dir(self, pipeline: str, run_id: str) -> Location:
         if pipeline not in self.pipelines:
             raise NotFound(f"pipeline {pipeline!r} is not in the config; configured: {', '.join(self.pipelines)}")
-        if not SAFE_NAME.match(run_id):
+        if not RUN_FOLDER_NAME.match(run_id):
             raise NotFound(f"{run_id!r} is not a run id of this warehouse")
         folder = self.location / pipeline / "runs" / run_id
-        if not (folder / "summary.json").is_file():
+        if not (folder / SUMMARY_FILE).is_file():
             raise NotFound(f"pipeline {pipeline} has no run {run_id}")
         return folder
 
@@ -139,9 +151,9 @@ class Warehouse:
         if pipeline not in self.pipelines:
             raise NotFound(f"pipeline {pipeline!r} is not in the config")
         runs_dir = self.location / pipeline / "runs"
-        folders = [p for p in runs_dir.iterdir() if SAFE_NAME.match(p.name) and (p / "summary.json").is_file()]
+        folders = [p for p in runs_dir.iterdir() if RUN_FOLDER_NAME.match(p.name) and (p / SUMMARY_FILE).is_file()]
         # Newest summaries first, so that only `limit` summaries are parsed however many runs there are.
-        folders.sort(key=lambda p: (p / "summary.json").modified_at(), reverse=True)
+        folders.sort(key=lambda p: (p / SUMMARY_FILE).modified_at(), reverse=True)
         runs = [_run_info(self.pipelines[pipeline], folder) for folder in folders[:limit]]
         oldest = datetime.min.replace(tzinfo=UTC)
         return sorted(runs, key=lambda r: (r.time or oldest, r.run_id), reverse=True)
@@ -278,7 +290,7 @@ def table_results(epochs: list[dict]) -> tuple[TableResult, ...]:
 
 
 def _run_info(fmt: str, folder: Location) -> RunInfo:
-    summary_file = folder / "summary.json"
+    summary_file = folder / SUMMARY_FILE
     summary = _read_json(summary_file)
     reconciliation = summary.get("reconciliation") or {}
     decoded = summary.get("decoded") or {}
@@ -296,7 +308,7 @@ def _run_info(fmt: str, folder: Location) -> RunInfo:
     headline = re.sub(r"\s*Diff: \S+$", "", headline)
     epochs = tuple(reconciliation.get("tables") or ())
     files = frozenset(name for name, relative in RUN_FILES.items() if (folder / relative).exists())
-    docs = folder / "reconcile" / "data_docs"
+    docs = folder / RECONCILE_DATA_DOCS
     validations = [r for _, r in (docs / "validations").files() if r.endswith(".html")] if "data_docs" in files else []
     data_docs_page = f"validations/{validations[-1]}" if validations else None
     if data_docs_page is None and "data_docs" in files:

@@ -29,6 +29,13 @@ from pyspark.sql import DataFrame
 
 from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
+from cdcreplay.formats.canal_layout import (
+    DDL_TYPES,
+    LAYOUT_LEGACY,
+    LAYOUT_UNDECLARED,
+    ROW_TYPES,
+    layout_of,
+)
 from cdcreplay.formats.native_json import decode_by_reader, reader_chooses_native, sample_rate
 from cdcreplay.formats.python_rows import (
     DecodeError,
@@ -43,13 +50,6 @@ from cdcreplay.formats.python_rows import (
 from cdcreplay.formats.routing import table_id_of
 from cdcreplay.value_types import mysql_type_name_to_spark
 
-FORMAT_ID = "canal-json"
-
-ROW_TYPES = {"INSERT": S.OP_INSERT, "UPDATE": S.OP_UPDATE, "DELETE": S.OP_DELETE, "INIT": S.OP_SNAPSHOT}
-# Open-source Canal's DDL event types; DTS uses "DDL". TRUNCATE also empties the table.
-DDL_TYPES = ("DDL", "CREATE", "ALTER", "ERASE", "QUERY", "RENAME", "CINDEX", "DINDEX", "INIT_DDL", "TRUNCATE")
-
-LAYOUT_LEGACY, LAYOUT_OPEN_SOURCE, LAYOUT_UNDECLARED = "legacy", "open-source", "undeclared"
 LEGACY_DELETE_NOTE = (
     "canal-json: DELETE with `data` null and `old` set read as the legacy DTS layout (instances created before "
     "2022-03-20); declare options.legacy_swapped for this source: true also reads its UPDATEs right, false quarantines "
@@ -60,14 +60,6 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 LONE_SURROGATE = "payload escapes a lone UTF-16 surrogate (\\ud800-\\udfff): it is not Unicode text"
 INT64 = (-(2**63), 2**63 - 1)
-
-
-def layout_of(pipeline: PipelineConfig) -> str:
-    """The source's declared `data`/`old` layout: legacy, open-source, or undeclared (option absent)."""
-    declared = pipeline.options.get("legacy_swapped")
-    if declared is None:
-        return LAYOUT_UNDECLARED
-    return LAYOUT_LEGACY if declared else LAYOUT_OPEN_SOURCE
 
 
 # --- the message's fields, typed as the format defines them; a field of another type makes the message unreadable -

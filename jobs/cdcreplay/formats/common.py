@@ -14,18 +14,19 @@ from pyspark.sql import functions as F
 
 from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
-from cdcreplay.formats.routing import (  # the record kinds are defined with the routing; the pipeline imports them here
-    KIND_CHANGE as KIND_CHANGE,
-)
-from cdcreplay.formats.routing import KIND_CONTROL as KIND_CONTROL
-from cdcreplay.formats.routing import KIND_QUARANTINE as KIND_QUARANTINE
 from cdcreplay.formats.routing import (
+    DECODED_DDL,
     Routing,
     decoded_arrow_schema,
     decoded_batch,
     entry_from_arrow,
     route,
 )
+from cdcreplay.formats.routing import (  # the record kinds are defined with the routing; the pipeline imports them here
+    KIND_CHANGE as KIND_CHANGE,
+)
+from cdcreplay.formats.routing import KIND_CONTROL as KIND_CONTROL
+from cdcreplay.formats.routing import KIND_QUARANTINE as KIND_QUARANTINE
 
 RECORD_COLUMNS = ("topic", "partition", "offset", "timestamp", "key", "value")
 COORDINATES = ("topic", "partition", "offset")  # a record's Kafka coordinates: unique in a deduplicated selection
@@ -36,10 +37,6 @@ ENTRY_DDL = (
     "key_columns array<string>, key_image map<string,string>, "
     "after map<string,string>, before map<string,string>, column_types map<string,string>, "
     "position array<decimal(38,0)>, event_time timestamp, row_index int"
-)
-DECODED_DDL = (
-    S.CHANGELOG_DDL + ", timestamp timestamp, record_kind string, control_kind string, reason string, detail string, "
-    "raw_key binary, raw_value binary"
 )
 DECODED_COLUMNS = S.column_names(DECODED_DDL)
 

@@ -64,7 +64,7 @@ from pyspark.sql import DataFrame
 
 from cdcreplay import schema as S
 from cdcreplay.config import ConfigError, PipelineConfig
-from cdcreplay.formats.canal_json import DDL_TYPES, ROW_TYPES
+from cdcreplay.formats.canal_layout import DDL_TYPES, ROW_TYPES
 from cdcreplay.formats.python_rows import (
     RawRecord,
     change,

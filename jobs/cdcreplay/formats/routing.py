@@ -23,6 +23,11 @@ from cdcreplay.value_checks import invalid_columns
 KIND_CHANGE = "changelog"
 KIND_CONTROL = "control"
 KIND_QUARANTINE = "quarantine"
+# A decoded row: the changelog row, and the record it came from with what the decode made of it.
+DECODED_DDL = (
+    S.CHANGELOG_DDL + ", timestamp timestamp, record_kind string, control_kind string, reason string, detail string, "
+    "raw_key binary, raw_value binary"
+)
 
 IMAGE_OPS = (S.OP_SNAPSHOT, S.OP_INSERT, S.OP_UPDATE)
 
@@ -230,7 +235,5 @@ def _pairs(mapping: dict | None) -> list[tuple] | None:
 def decoded_arrow_schema():
     """The Arrow schema of DECODED_DDL (on the driver: parsing the DDL needs the Spark session)."""
     from pyspark.sql.pandas.types import to_arrow_schema
-
-    from cdcreplay.formats.common import DECODED_DDL
 
     return to_arrow_schema(S.struct_type(DECODED_DDL), timezone="UTC")

@@ -1,0 +1,198 @@
+"""The type stage: the typed latest-state tables users read, from the compacted state, and how each is written.
+
+Per table, the cheapest write that publishes what a full rebuild would:
+- kept: a table the run did not change, typed as the published version has it, keeps its Delta version (no commit);
+- merged: a large table a night changed a small share of gets its changed keys' rows MERGEd (the state was merged
+  too, so its other rows are the published ones);
+- written whole: every other table, and a merged one whose row count shows two keys folded into one typed row;
+- emptied: a table whose every key is deleted keeps its columns and no rows.
+Live rows whose stored value no longer fits its column's type are held back (``type_conflicts/``) and stay in the
+state: a later change of the key replaces them.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from cdcreplay import delta_tables, warehouse
+from cdcreplay.compaction import changed_keys
+from cdcreplay.contracts import TYPE_CONFLICTS_FOLDER
+from cdcreplay.state_store import STATE_PARTITION, StateCommit, save_patterns, table_state
+from cdcreplay.storage import Location
+from cdcreplay.tables import (
+    PUBLISHED,
+    TYPED_TABLE_FORMAT,
+    TableLayout,
+    layouts_of_patterns,
+    state_patterns,
+    type_conflicts,
+    typed_changes,
+    typed_table,
+)
+
+# One Spark job per table: with many small tables the time goes to the driver's planning and scheduling of each job,
+# so a few run at once (Spark runs concurrent jobs from several threads; the executors' cores are shared).
+TYPED_WRITES_AT_ONCE = 4
+# A typed table is merged with its changed keys' rows, instead of written whole, from this many rows on, when a night
+# changes at most TYPED_MERGE_MAX_SHARE of them: below, a rewrite costs less than a merge's join (a small table's
+# merge costs ~1.5 s of Delta's own work against ~0.4 s for its rewrite).
+TYPED_MERGE_MIN_ROWS = 100_000
+TYPED_MERGE_MAX_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class TypedTables:
+    """What the type stage left for the audit and the publish."""
+
+    versions: dict[str, int | None]  # per table: the Delta version to publish (None: never typed, every key deleted)
+    tables: dict[str, dict]  # per table: what the pointer and the summary say of it (rows, columns, key, ...)
+    retyped: dict[str, TableLayout]  # the tables this run committed, which the audit checks
+    unchanged: dict[str, dict]  # the tables kept as published (their pointer entries)
+    conflicts: dict[str, int]  # per table: live rows held back from it
+
+
+def type_tables(
+    spark: SparkSession,
+    paths: warehouse.PipelinePaths,
+    published: dict | None,
+    committed: StateCommit,
+    partitioned_state: DataFrame,
+    changes: DataFrame,
+    changes_by_table: dict[str, int],
+    version: str,
+    run_dir: Location,
+) -> TypedTables:
+    """Write every table of the state ``committed`` (read as ``partitioned_state``) that needs a commit; see the
+    module's doc. ``published``: the pointer this run builds on (None on a full rebuild); ``changes``: this run's
+    changelog, ``changes_by_table`` its rows per table; ``version``: the version this run will publish."""
+    state = partitioned_state.drop(STATE_PARTITION)
+    # What the tables' columns and counts need of the whole state: updated from the merged rows where it can be
+    # (see tables.changed_patterns), and kept with the state version for the next night.
+    patterns = committed.patterns if committed.patterns is not None else state_patterns(state)
+    layouts, counts = layouts_of_patterns(save_patterns(patterns, paths.patterns_file(committed.version)))
+    unchanged = unchanged_tables(paths, published, layouts, changes_by_table)
+    retyped = {table_id: layout for table_id, layout in layouts.items() if table_id not in unchanged}
+    versions = {table_id: info["delta_version"] for table_id, info in unchanged.items()}
+    merged_tables = _typed_merges(published if committed.merged else None, retyped, counts, changes_by_table)
+    night_keys = F.broadcast(changed_keys(changes)) if merged_tables else None
+
+    def write_typed(table_id: str) -> None:
+        rows = table_state(partitioned_state, table_id)
+        path = str(paths.table_dir(table_id))
+        if table_id in merged_tables:
+            changed = typed_changes(rows.join(night_keys, ["table_id", "key"], "left_semi"), retyped[table_id])
+            on = tuple(retyped[table_id].key_columns)
+            versions[table_id] = delta_tables.merge_flagged(changed, path, on, PUBLISHED)
+        else:
+            versions[table_id] = delta_tables.write_whole(typed_table(rows, retyped[table_id]), path)
+
+    with ThreadPoolExecutor(max_workers=TYPED_WRITES_AT_ONCE) as pool:
+        for done in [pool.submit(write_typed, table_id) for table_id in sorted(retyped)]:
+            done.result()  # the first failure ends the run, as one written in sequence would
+    conflicts = _write_type_conflicts(spark, state, retyped, run_dir / TYPE_CONFLICTS_FOLDER)
+    conflicts.update({table_id: info.get("type_conflicts", 0) for table_id, info in unchanged.items()})
+    for table_id in sorted(merged_tables):
+        # A merge matches typed keys: two keys of the state that type to one value (text "01" and "1" in an int
+        # column) would be one row of the table. Such a table is written whole, and its audit names the keys.
+        expected = counts[table_id].rows - conflicts.get(table_id, 0)
+        path = str(paths.table_dir(table_id))
+        if delta_tables.row_count(spark, path, versions[table_id]) != expected:
+            typed = typed_table(table_state(partitioned_state, table_id), retyped[table_id])
+            versions[table_id] = delta_tables.write_whole(typed, path)
+    tables: dict[str, dict] = {}
+    for table_id, layout in layouts.items():
+        tables[table_id] = {
+            "rows": counts[table_id].rows - conflicts.get(table_id, 0),
+            "tombstones": counts[table_id].tombstones,
+            "type_conflicts": conflicts.get(table_id, 0),
+            "key_columns": list(layout.key_columns),
+            "columns": [list(c) for c in layout.columns],
+            "changes_this_run": changes_by_table.get(table_id, 0),
+            "typed_in_version": unchanged[table_id]["typed_in_version"] if table_id in unchanged else version,
+            "typed_format": TYPED_TABLE_FORMAT,
+        }
+    for table_id, row in counts.items():  # tables whose every key is deleted still exist, empty
+        if table_id not in tables:
+            tables[table_id] = {"rows": 0, "tombstones": row.tombstones, "key_columns": [], "columns": []}
+            versions[table_id] = _emptied(spark, paths, table_id)
+    return TypedTables(versions, tables, retyped, unchanged, conflicts)
+
+
+def unchanged_tables(
+    paths: warehouse.PipelinePaths, current: dict | None, layouts: dict[str, TableLayout], changes_by_table: dict
+) -> dict[str, dict]:
+    """The tables a run can publish as the previous version has them: their published info, by table id.
+
+    A table qualifies when this run applied no change to it (no row change, no truncate), so its state rows are the
+    ones the previous version was typed from, and when its columns, key and typed format are the ones the previous
+    version recorded (a column type declared anew, or a release that types differently, types it again). A tombstone
+    the retention purges changes only the state, never the typed rows. ``current`` is None on a full rebuild.
+    """
+    if current is None:
+        return {}
+    unchanged = {}
+    for table_id, layout in layouts.items():
+        info = current["tables"].get(table_id)
+        if not _typed_alike(info, layout) or changes_by_table.get(table_id) or not (paths.root / info["path"]).is_dir():
+            continue
+        unchanged[table_id] = info
+    return unchanged
+
+
+def _typed_alike(info: dict | None, layout: TableLayout) -> bool:
+    """Whether a table published as ``info`` (the pointer's entry) was typed with ``layout``'s columns and key, by a
+    release that types as this one does."""
+    return (
+        info is not None
+        and info.get("typed_format") == TYPED_TABLE_FORMAT
+        and info.get("key_columns") == list(layout.key_columns)
+        and info.get("columns") == [list(column) for column in layout.columns]
+    )
+
+
+def _typed_merges(
+    published: dict | None, retyped: dict[str, TableLayout], counts: dict, changes_by_table: dict
+) -> set[str]:
+    """The tables a run merges its changed keys into (see TYPED_MERGE_MIN_ROWS): published as typed before, with
+    the columns, key and typed format they have now. ``published`` is None when the run wrote the state whole."""
+    if published is None:
+        return set()
+    merged = set()
+    for table_id, layout in retyped.items():
+        info = published["tables"].get(table_id)
+        if (
+            _typed_alike(info, layout)
+            and info.get("delta_version") is not None
+            and counts[table_id].rows >= TYPED_MERGE_MIN_ROWS
+            and changes_by_table.get(table_id, 0) <= counts[table_id].rows * TYPED_MERGE_MAX_SHARE
+        ):
+            merged.add(table_id)
+    return merged
+
+
+def _write_type_conflicts(spark: SparkSession, state: DataFrame, layouts: dict, folder: Location) -> dict[str, int]:
+    """Write the live rows held back from the typed tables (``tables.type_conflicts``); their count per table.
+
+    They stay in the state: a later change of the key replaces them, and the next run publishes that row.
+    """
+    if not layouts:
+        return {}
+    type_conflicts(state, layouts).write.mode("overwrite").parquet(str(folder))
+    written = spark.read.parquet(str(folder))
+    return {row.table_id: row["count"] for row in written.groupBy("table_id").count().collect()}
+
+
+def _emptied(spark: SparkSession, paths: warehouse.PipelinePaths, table_id: str) -> int | None:
+    """A table whose every key is now deleted: its typed table emptied (its columns kept); its version, or None when
+    it was never typed."""
+    path = str(paths.table_dir(table_id))
+    if not delta_tables.is_delta_table(spark, path):
+        return None
+    stored = delta_tables.read_version(spark, path)
+    if stored.isEmpty():
+        return delta_tables.latest_version(spark, path)
+    return delta_tables.write_whole(stored.limit(0), path)
