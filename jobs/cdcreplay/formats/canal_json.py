@@ -36,6 +36,7 @@ from cdcreplay.formats.canal_layout import (
     ROW_TYPES,
     layout_of,
 )
+from cdcreplay.formats.canal_layout import FORMAT_ID as FORMAT_ID
 from cdcreplay.formats.native_json import decode_by_reader, reader_chooses_native, sample_rate
 from cdcreplay.formats.python_rows import (
     DecodeError,
