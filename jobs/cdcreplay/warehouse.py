@@ -37,6 +37,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from cdcreplay.contracts import SUMMARY_FILE
 from cdcreplay.storage import Location
 
 CURRENT_FILE = "_CURRENT.json"
@@ -122,8 +123,6 @@ class PipelinePaths:
 
 def latest_run_id(paths: PipelinePaths) -> str | None:
     """The run of the pipeline whose summary was written last (local or on S3)."""
-    from cdcreplay.contracts import SUMMARY_FILE
-
     written = []
     for run in paths.runs_dir.iterdir():
         summary = run / SUMMARY_FILE
