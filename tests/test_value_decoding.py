@@ -15,7 +15,7 @@ def twos_complement_base64(unscaled: int) -> str:
     return base64.b64encode(unscaled.to_bytes(length, "big", signed=True)).decode()
 
 
-# Vectors from formats.md (computed independently there), then extremes of DECIMAL(38).
+# Vectors from docs/format-spec.md (computed independently there), then extremes of DECIMAL(38).
 VECTORS = [
     ("BNI=", 2, "12.34"),
     ("nA==", 2, "-1.00"),

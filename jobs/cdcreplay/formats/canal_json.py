@@ -1,4 +1,4 @@
-"""Alibaba DTS "Canal Json" and open-source Canal messages (formats.md section a1).
+"""Alibaba DTS "Canal Json" and open-source Canal messages (docs/format-spec.md section a1).
 
 One message carries one or more row changes of one table: ``data[i]`` pairs with ``old[i]``. All values are JSON
 strings (or null) and their types come from ``mysqlType``. Decoded in Python (``python_rows``): one json.loads per

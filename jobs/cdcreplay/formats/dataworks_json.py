@@ -1,4 +1,4 @@
-"""Alibaba DataWorks "Kafka message format" (formats.md section b). Decoded in Python (``python_rows``): one
+"""Alibaba DataWorks "Kafka message format" (docs/format-spec.md section b). Decoded in Python (``python_rows``): one
 JSON parse per message, read as Spark's from_json read it (``spark_json``); the update pairs are found in Spark.
 
 A message is ``{schema: {dataColumn: [{name, type}], primaryKey, source: {dbName, schemaName, tableName}},

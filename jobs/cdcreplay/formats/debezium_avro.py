@@ -1,4 +1,4 @@
-"""Debezium change events serialized by Confluent's AvroConverter (formats.md section e, "Avro via Confluent wire").
+"""Debezium change events serialized by Confluent's AvroConverter (docs/format-spec.md e, "Avro via Confluent wire").
 
 Each Kafka key and value is Confluent-framed Avro: byte 0x00, the 4-byte big-endian schema id, the Avro binary. The
 writer schemas come from the pipeline options: ``schema_registry_dir`` (a folder of ``<id>.avsc`` files) and/or

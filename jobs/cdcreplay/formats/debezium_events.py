@@ -1,4 +1,4 @@
-"""Debezium change-event envelope semantics, once for every wire (formats.md section e).
+"""Debezium change-event envelope semantics, once for every wire (docs/format-spec.md section e).
 
 Both Debezium formats end here with one parsed event: ``debezium-json`` parses the Kafka value's JSON text,
 ``debezium-avro`` hands over the Connect value its Avro record stands for (the same dict JsonConverter would have

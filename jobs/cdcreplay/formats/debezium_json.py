@@ -1,4 +1,4 @@
-"""Debezium change events serialized by Kafka Connect's JsonConverter, with or without schemas (formats.md e).
+"""Debezium change events serialized by Kafka Connect's JsonConverter, with or without schemas (docs/format-spec.md e).
 
 The Kafka value is the JSON text itself; it is parsed in Python (numbers keep their JSON token text) and handed to
 the shared envelope logic of ``debezium_events``: op mapping, snapshot markers, connector positions, type

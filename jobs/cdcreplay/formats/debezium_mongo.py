@@ -1,4 +1,4 @@
-"""Debezium MongoDB connector: Extended JSON documents -> canonical text + Spark type per field (formats.md e).
+"""Debezium MongoDB connector: Extended JSON documents -> canonical text + Spark type per field (docs/format-spec.md e).
 
 ``after``/``before`` are Extended JSON *strings* (canonical or relaxed): $numberLong bigint, $numberInt int,
 $numberDouble double, $numberDecimal exact decimal text (string: Decimal128 has no fixed scale), $oid string, $date

@@ -1,4 +1,4 @@
-"""Kafka Connect / Debezium values -> canonical text and Spark type (formats.md section e, "types").
+"""Kafka Connect / Debezium values -> canonical text and Spark type (docs/format-spec.md section e, "types").
 
 A Debezium image value arrives as what JsonConverter wrote (or, from Avro, the same Connect value). Its canonical text
 is what ``CAST(text AS <spark type>)`` reads back; the field's Connect schema (primitive type, semantic ``name``,

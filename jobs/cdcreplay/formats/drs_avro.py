@@ -1,4 +1,4 @@
-"""Huawei Cloud DRS Avro (formats.md c5).
+"""Huawei Cloud DRS Avro (docs/format-spec.md c5).
 
 The vendor's record schema ships only as an attachment of its documentation (``record.rar``) and is not public, so
 the writer schema comes from the pipeline config (option ``writer_schema``, an ``.avsc``). What is known of the record

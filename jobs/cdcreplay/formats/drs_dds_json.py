@@ -1,4 +1,4 @@
-"""Huawei Cloud DRS JSON for DDS (MongoDB) (formats.md c4).
+"""Huawei Cloud DRS JSON for DDS (MongoDB) (docs/format-spec.md c4).
 
 A message: ``{id, op: INSERT|UPDATE|DELETE|DDL, dbType, db, coll, value, where, recordType, extra, es, ts,
 clusterTime "secs:inc"}`` whose ``value``/``where`` are Mongo shell syntax (parsed by

@@ -1,4 +1,4 @@
-"""Huawei Cloud DRS JSON and JSON-C for relational sources (formats.md sections c1-c3).
+"""Huawei Cloud DRS JSON and JSON-C for relational sources (docs/format-spec.md sections c1-c3).
 
 Three registered variants (each a two-line module naming its ``Variant``: drs_json_mysql, drs_json_c,
 drs_json_rdbms) share one canal-like envelope (``data``/``old`` arrays of row objects whose values are JSON

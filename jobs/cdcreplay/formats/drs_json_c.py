@@ -1,4 +1,4 @@
-"""Huawei DRS JSON-C for MySQL / GaussDB(for MySQL) (formats.md c2): see drs_json."""
+"""Huawei DRS JSON-C for MySQL / GaussDB(for MySQL) (docs/format-spec.md c2): see drs_json."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Huawei DRS JSON for MySQL / GaussDB(for MySQL) (formats.md c1): see drs_json."""
+"""Huawei DRS JSON for MySQL / GaussDB(for MySQL) (docs/format-spec.md c1): see drs_json."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Huawei DRS JSON for Oracle / PostgreSQL / GaussDB / SQL Server (formats.md c3): see drs_json."""
+"""Huawei DRS JSON for Oracle / PostgreSQL / GaussDB / SQL Server (docs/format-spec.md c3): see drs_json."""
 
 from __future__ import annotations
 

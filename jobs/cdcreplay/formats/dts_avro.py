@@ -1,4 +1,4 @@
-"""Alibaba DTS Avro: raw Avro binary of ``com.alibaba.dts.formats.avro.Record`` (formats.md section a3).
+"""Alibaba DTS Avro: raw Avro binary of ``com.alibaba.dts.formats.avro.Record`` (docs/format-spec.md section a3).
 
 Decoded in Python with fastavro (Spark here has no Avro reader), over Arrow batches by ``python_rows``; the writer
 schema is DTS's ``Record.avsc`` (option ``writer_schema``, required). Values are typed by ``dts_avro_values``.

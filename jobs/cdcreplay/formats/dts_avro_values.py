@@ -1,4 +1,4 @@
-"""DTS Avro value unions -> canonical text and Spark type (formats.md section a3).
+"""DTS Avro value unions -> canonical text and Spark type (docs/format-spec.md section a3).
 
 Each element of ``beforeImages``/``afterImages`` is one branch of a union, read by fastavro as ``(type name, fields)``.
 For MySQL sources the field's ``dataTypeNumber`` (the binlog type code) says which branches it may hold and which

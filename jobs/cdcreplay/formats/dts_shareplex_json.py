@@ -1,4 +1,4 @@
-"""Alibaba DTS "Shareplex Json" (formats.md section a2). Decoded in Python (``python_rows``):
+"""Alibaba DTS "Shareplex Json" (docs/format-spec.md section a2). Decoded in Python (``python_rows``):
 one JSON parse per message, read as Spark's from_json read it (``spark_json``).
 
 A message is ``{meta: {time, userid, op, scn, rowid, trans, seq, size, table, idx, posttime}, data, key}``:

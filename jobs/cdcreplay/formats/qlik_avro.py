@@ -1,4 +1,4 @@
-"""Qlik Replicate / Qlik Talend Data Integration Avro messages (formats.md section d).
+"""Qlik Replicate / Qlik Talend Data Integration Avro messages (docs/format-spec.md section d).
 
 Two wires:
   envelope        raw Avro of ``MessageEnvelope{magic fixed(5) "atMSG", type, headers, messageSchemaId,

@@ -1,4 +1,4 @@
-"""Qlik Replicate / Qlik Talend Data Integration messages: the semantics both wires share (formats.md section d).
+"""Qlik Replicate / Qlik Talend Data Integration messages: the semantics both wires share (docs/format-spec.md d).
 
 A Qlik topic carries two kinds of message:
   MD (metadata)  per table and table version: lineage (server, task, schema, table, tableVersion), the columns with

@@ -1,4 +1,4 @@
-"""Qlik Replicate / Qlik Talend Data Integration JSON messages (formats.md section d).
+"""Qlik Replicate / Qlik Talend Data Integration JSON messages (docs/format-spec.md section d).
 
 A value is either a bare data message ``{data, beforeData, headers}`` or the envelope
 ``{magic: "atMSG", type: "DT"|"MD", headers, messageSchemaId, messageSchema, message}``. Values are JSON text

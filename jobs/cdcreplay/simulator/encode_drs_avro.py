@@ -1,10 +1,10 @@
 """Encode a history as Huawei DRS Avro records of a MySQL source -- under a PROJECT-WRITTEN schema.
 
-The vendor's schema (``record.rar``) is not public. ``DRS_RECORD_SCHEMA`` follows what formats.md c5 records of the
-record's fields (``version``, ``seqno``, ``shardId``, ``eventid``, ``updateTimestamp``, ``tableName``, ``operation``,
-``columnCount``, ``fields`` of objects with ``name``, ``beforeImages``/``afterImages`` of null-or-``{value}``), with
-types chosen by this project. The archive folder gets it as ``_drs-record.avsc`` (the reader skips ``_`` files), and
-``tests/data/drs-avro/drs-record.project.avsc`` holds the same schema for the tests.
+The vendor's schema (``record.rar``) is not public. ``DRS_RECORD_SCHEMA`` follows what docs/format-spec.md c5 records
+of the record's fields (``version``, ``seqno``, ``shardId``, ``eventid``, ``updateTimestamp``, ``tableName``,
+``operation``, ``columnCount``, ``fields`` of objects with ``name``, ``beforeImages``/``afterImages`` of
+null-or-``{value}``), with types chosen by this project. The archive folder gets it as ``_drs-record.avsc`` (the
+reader skips ``_`` files), and ``tests/data/drs-avro/drs-record.project.avsc`` holds the same schema for the tests.
 
 Records: one per row event, single-object encoded (``C3 01`` + the schema's fingerprint), as the third-party job's
 ``Record.getDecoder()`` reads them; ``seqno`` a serial; ``tableName`` ``"shop"."customers"`` (quoted); values as text in
@@ -33,7 +33,7 @@ DRS_RECORD_SCHEMA = {
     "type": "record",
     "name": "Record",
     "namespace": "com.huawei.hwclouds.drs.avro",
-    "doc": "PROJECT-WRITTEN after formats.md c5 (field names seen in a third-party job); NOT the vendor's schema.",
+    "doc": "PROJECT-WRITTEN after format-spec.md c5 (field names seen in a third-party job); NOT the vendor's schema.",
     "fields": [
         {"name": "version", "type": "string"},
         {"name": "seqno", "type": "long"},

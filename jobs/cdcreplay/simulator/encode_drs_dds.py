@@ -1,4 +1,4 @@
-"""Encode a history as Huawei DRS writes a DDS (MongoDB) source to Kafka in JSON (formats.md c4, seed 002).
+"""Encode a history as Huawei DRS writes a DDS (MongoDB) source to Kafka in JSON (docs/format-spec.md c4, seed 002).
 
 The relational history is read as a MongoDB database ``shop`` with one collection per table. Document mapping:
   customers    ``{_id: <id, int32>, name, contact: {email, birthday}, balance: NumberDecimal, vip: bool,

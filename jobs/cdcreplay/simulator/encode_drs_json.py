@@ -1,4 +1,4 @@
-"""Encode a history as Huawei Cloud DRS writes it to Kafka in JSON / JSON-C (formats.md c1-c3, seed 002).
+"""Encode a history as Huawei Cloud DRS writes it to Kafka in JSON / JSON-C (docs/format-spec.md c1-c3, seed 002).
 
 Sources (``source``):
   mysql       "JSON" of a MySQL source: ``mysqlType`` with bare type names as in the vendor sample ("int", "varchar",

@@ -1,4 +1,4 @@
-"""Encode a history as Qlik Replicate's Kafka target writes it, in JSON and in Avro (formats.md section d).
+"""Encode a history as Qlik Replicate's Kafka target writes it, in JSON and in Avro (docs/format-spec.md section d).
 
 What a consumer of these topics sees:
 
@@ -103,7 +103,7 @@ HEADERS_SCHEMA = {
         {"name": "externalSchemaId", "type": ["null", "string"], "default": None},
     ],
 }
-# The metadata record as formats.md section d lists its fields (Qlik publishes no Avro schema text for it).
+# The metadata record as docs/format-spec.md section d lists its fields (Qlik publishes no Avro schema text for it).
 METADATA_SCHEMA = {
     "type": "record",
     "name": "MetadataRecord",
