@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from cdcreplay.config import load_config
-from cdcreplay.simulator import build_sample_archive
+from cdcreplay_lab.simulator import build_sample_archive
 from cdcreplay.storage import Location
 
 config = load_config(os.environ["CDCREPLAY_CONFIG"])

@@ -23,7 +23,7 @@ from typing import ClassVar
 
 import pytest
 
-from cdcreplay.airflow_env import DAG_ID, embedded_env
+from cdcreplay_lab.airflow_env import DAG_ID, embedded_env
 
 pytestmark = pytest.mark.airflow
 
@@ -125,7 +125,7 @@ def assert_published(warehouse: Path, pipelines=PIPELINES) -> None:
 @pytest.fixture(scope="module")
 def sample_archive(tmp_path_factory) -> Path:
     """One simulated archive per demo pipeline (small: the point is the orchestration, not the volume)."""
-    from cdcreplay.simulator import build_sample_archive
+    from cdcreplay_lab.simulator import build_sample_archive
 
     archive = tmp_path_factory.mktemp("archive")
     for name, fmt in PIPELINES.items():
@@ -509,7 +509,7 @@ def test_config_helpers_round_trip(tmp_path):
 def test_embedded_airflow_waits_a_minute_for_the_sqlite_write_lock(tmp_path):
     """Scheduler, dag-processor, api-server and a CLI backfill share one SQLite file; sqlite3's default 5 s wait for
     its write lock failed `airflow backfill create` on a loaded machine ("database is locked")."""
-    from cdcreplay.airflow_env import SQLITE_CONNECT_ARGS
+    from cdcreplay_lab.airflow_env import SQLITE_CONNECT_ARGS
 
     env = airflow_env(tmp_path, tmp_path / "pipelines.yaml")
     probe = (

@@ -22,7 +22,7 @@ SEED = 5
 
 @pytest.fixture(scope="module")
 def history():
-    from cdcreplay.simulator import simulate
+    from cdcreplay_lab.simulator import simulate
 
     return simulate(seed=SEED, events=EVENTS)
 
@@ -47,8 +47,8 @@ def assert_truth(spark, tmp, name: str, history) -> None:
 
 
 def test_canal_legacy_layout(spark, tmp_path, history):
-    from cdcreplay.simulator import write_archive
-    from cdcreplay.simulator.encode_canal_legacy import encode_canal_json_legacy
+    from cdcreplay_lab.simulator import write_archive
+    from cdcreplay_lab.simulator.encode_canal_legacy import encode_canal_json_legacy
 
     archive = tmp_path / "archive"
     write_archive(encode_canal_json_legacy(history), archive)
@@ -71,8 +71,8 @@ def test_canal_legacy_layout(spark, tmp_path, history):
 
 
 def test_shareplex_long_op_spelling(spark, tmp_path, history):
-    from cdcreplay.simulator import write_archive
-    from cdcreplay.simulator.encode_shareplex import encode_shareplex_json, pipeline_settings
+    from cdcreplay_lab.simulator import write_archive
+    from cdcreplay_lab.simulator.encode_shareplex import encode_shareplex_json, pipeline_settings
 
     archive = tmp_path / "archive"
     records = list(encode_shareplex_json(history, long_ops=True))
@@ -84,8 +84,8 @@ def test_shareplex_long_op_spelling(spark, tmp_path, history):
 
 
 def test_dataworks_one_message_updates(spark, tmp_path, history):
-    from cdcreplay.simulator import write_archive
-    from cdcreplay.simulator.encode_dataworks import encode_dataworks_json, pipeline_settings
+    from cdcreplay_lab.simulator import write_archive
+    from cdcreplay_lab.simulator.encode_dataworks import encode_dataworks_json, pipeline_settings
 
     archive = tmp_path / "archive"
     records = list(encode_dataworks_json(history, single_update_message=True))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdcreplay.benchmark import main
+from cdcreplay_lab.benchmark import main
 
 
 @pytest.mark.parametrize(

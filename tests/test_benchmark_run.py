@@ -8,8 +8,10 @@ import json
 import pytest
 from pyspark.sql import functions as F
 
-from cdcreplay import benchmark_keyed
-from cdcreplay.benchmark import (
+from cdcreplay.config import load_config
+from cdcreplay.warehouse import read_table
+from cdcreplay_lab import benchmark_keyed
+from cdcreplay_lab.benchmark import (
     JSON_TARGET_EVENTS_PER_S,
     KEYED_PIPELINE,
     PYTHON_TARGET_EVENTS_PER_S,
@@ -21,9 +23,7 @@ from cdcreplay.benchmark import (
     render,
     simulated,
 )
-from cdcreplay.config import load_config
-from cdcreplay.simulator.encoders import FORMATS
-from cdcreplay.warehouse import read_table
+from cdcreplay_lab.simulator.encoders import FORMATS
 
 EVENTS = 60
 

@@ -28,8 +28,8 @@ import pytest
 import yaml
 from test_airflow_run import _tail, airflow, free_local_port, migrated_home
 
-from cdcreplay.airflow_env import DAG_ID
 from cdcreplay.run_spec import build_run_spec
+from cdcreplay_lab.airflow_env import DAG_ID
 
 pytestmark = pytest.mark.airflow
 
@@ -179,7 +179,7 @@ def executor_python(root: Path, trace: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def archive(tmp_path_factory) -> tuple[Path, dict]:
-    from cdcreplay.simulator import build_sample_archive
+    from cdcreplay_lab.simulator import build_sample_archive
 
     root = tmp_path_factory.mktemp("cluster_archive")
     settings = {}

@@ -19,8 +19,8 @@ from archive_helpers import pipeline_config
 
 from cdcreplay.entrypoints import EXIT_OK, replay_main
 from cdcreplay.progress import PIPELINE_STAGES
-from cdcreplay.simulator import build_sample_archive, json_row
 from cdcreplay.warehouse import PipelinePaths, published_rows, read_current, read_table
+from cdcreplay_lab.simulator import build_sample_archive, json_row
 
 pytestmark = pytest.mark.timeout(900)
 

@@ -17,8 +17,8 @@ from cdcreplay import archive
 from cdcreplay.config import PipelineConfig
 from cdcreplay.formats import decoder
 from cdcreplay.formats.debezium_avro import RegistryExportError, read_registry_export
-from cdcreplay.simulator import simulate
-from cdcreplay.simulator.encode_debezium_avro import encode_debezium_avro
+from cdcreplay_lab.simulator import simulate
+from cdcreplay_lab.simulator.encode_debezium_avro import encode_debezium_avro
 
 pytestmark = pytest.mark.timeout(600)
 FLINK_AVRO = Path(__file__).parent / "data" / "conformance" / "flink-debezium-avro-confluent"

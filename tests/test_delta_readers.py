@@ -12,9 +12,9 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from cdcreplay.entrypoints import EXIT_OK, replay_main
-from cdcreplay.simulator import build_sample_archive
 from cdcreplay.state_store import read_state
 from cdcreplay.warehouse import PipelinePaths, published_rows, read_current, read_table
+from cdcreplay_lab.simulator import build_sample_archive
 
 
 def read_by_delta_rs(spark, paths: PipelinePaths, table_id: str, like):

@@ -102,7 +102,7 @@ def live_state(decoded) -> dict:
 def test_the_simulators_writer_schema_is_the_vendor_record_schema():
     from fastavro.schema import to_parsing_canonical_form
 
-    from cdcreplay.simulator.dts_record_schema import parsed_record_schema
+    from cdcreplay_lab.simulator.dts_record_schema import parsed_record_schema
 
     assert to_parsing_canonical_form(parsed_record_schema()) == to_parsing_canonical_form(SCHEMA)
 

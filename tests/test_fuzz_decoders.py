@@ -37,9 +37,9 @@ from cdcreplay import archive
 from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
 from cdcreplay.formats import REGISTRY, decoder
-from cdcreplay.simulator import simulate
-from cdcreplay.simulator.encode_drs_dds import encode_drs_dds
-from cdcreplay.simulator.encoders import ENCODERS
+from cdcreplay_lab.simulator import simulate
+from cdcreplay_lab.simulator.encode_drs_dds import encode_drs_dds
+from cdcreplay_lab.simulator.encoders import ENCODERS
 
 pytestmark = pytest.mark.timeout(600)
 

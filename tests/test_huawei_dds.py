@@ -17,9 +17,9 @@ from cdcreplay import archive
 from cdcreplay.config import PipelineConfig
 from cdcreplay.entrypoints import EXIT_OK, replay_main
 from cdcreplay.formats import decoder
-from cdcreplay.simulator import simulate, write_archive
-from cdcreplay.simulator.encode_drs_dds import encode_drs_dds, expected_rows
 from cdcreplay.warehouse import read_table
+from cdcreplay_lab.simulator import simulate, write_archive
+from cdcreplay_lab.simulator.encode_drs_dds import encode_drs_dds, expected_rows
 
 pytestmark = pytest.mark.timeout(900)
 

@@ -30,10 +30,10 @@ from cdcreplay.formats.avro_wire import fingerprint
 from cdcreplay.formats.drs_avro import split_table_name
 from cdcreplay.formats.python_rows import DecodeError, RawRecord, safe_decode
 from cdcreplay.formats.spark_json import json_document, text
-from cdcreplay.simulator import simulate, write_archive
-from cdcreplay.simulator.encode_drs_avro import DRS_RECORD_SCHEMA
-from cdcreplay.simulator.encode_drs_json import encode_drs_json, pipeline_settings
 from cdcreplay.warehouse import read_table
+from cdcreplay_lab.simulator import simulate, write_archive
+from cdcreplay_lab.simulator.encode_drs_avro import DRS_RECORD_SCHEMA
+from cdcreplay_lab.simulator.encode_drs_json import encode_drs_json, pipeline_settings
 
 pytestmark = pytest.mark.timeout(900)
 

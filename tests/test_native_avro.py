@@ -22,8 +22,8 @@ from native_helpers import native_flags, records_frame, rows_by_coordinates, two
 from cdcreplay import jars
 from cdcreplay.config import PipelineConfig
 from cdcreplay.formats import debezium_avro, debezium_avro_native
-from cdcreplay.simulator import simulate
-from cdcreplay.simulator.encode_debezium_avro import encode_debezium_avro
+from cdcreplay_lab.simulator import simulate
+from cdcreplay_lab.simulator.encode_debezium_avro import encode_debezium_avro
 
 pytestmark = pytest.mark.timeout(600)
 FLINK_AVRO = Path(__file__).parent / "data" / "conformance" / "flink-debezium-avro-confluent"

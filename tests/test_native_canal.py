@@ -23,8 +23,8 @@ from cdcreplay.config import PipelineConfig
 from cdcreplay.formats import canal_json, canal_native
 from cdcreplay.formats import native_json as N
 from cdcreplay.formats.common import DECODED_COLUMNS
-from cdcreplay.simulator import simulate
-from cdcreplay.simulator.encoders import encode
+from cdcreplay_lab.simulator import simulate
+from cdcreplay_lab.simulator.encoders import encode
 
 CONFORMANCE = Path(__file__).parent / "data" / "conformance"
 RECORD_DDL = (

@@ -23,8 +23,8 @@ from pyspark.sql import functions as F
 from cdcreplay.config import PipelineConfig
 from cdcreplay.formats import canal_json, debezium_avro, debezium_json, debezium_native
 from cdcreplay.formats import native_json as N
-from cdcreplay.simulator import simulate
-from cdcreplay.simulator.encoders import encode
+from cdcreplay_lab.simulator import simulate
+from cdcreplay_lab.simulator.encoders import encode
 
 CONFORMANCE = Path(__file__).parent / "data" / "conformance"
 

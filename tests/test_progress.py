@@ -17,7 +17,7 @@ from cdcreplay import progress
 from cdcreplay.config import load_config
 from cdcreplay.pipeline import run_pipeline
 from cdcreplay.run_spec import build_run_spec
-from cdcreplay.simulator import build_sample_archive
+from cdcreplay_lab.simulator import build_sample_archive
 
 TIME = re.compile(r"done in \d+\.\ds")
 

@@ -25,8 +25,8 @@ from cdcreplay.formats import decoder
 from cdcreplay.formats.python_rows import DecodeError
 from cdcreplay.formats.qlik_avro import ENVELOPE_SCHEMA
 from cdcreplay.formats.qlik_envelope import mask_bits, qlik_type_to_spark
-from cdcreplay.simulator import simulate
-from cdcreplay.simulator.encode_qlik import METADATA_SCHEMA, QlikEncoder, encode_qlik_json
+from cdcreplay_lab.simulator import simulate
+from cdcreplay_lab.simulator.encode_qlik import METADATA_SCHEMA, QlikEncoder, encode_qlik_json
 
 pytestmark = pytest.mark.timeout(600)
 QLIK = Path(__file__).parent / "data" / "conformance" / "qlik-replicate"

@@ -332,7 +332,7 @@ def test_run_reconciliation_with_base_state(spark, tmp_path):
 def test_a_snapshot_against_a_base_state_reports_exactly_the_planted_differences(spark, tmp_path):
     """The reconciliation the benchmark times at 5M rows, at 1,000: a published state of 1,000 keys and a later
     snapshot read that differs every 100th key (one amount, one unread key, one key the state never had)."""
-    from cdcreplay.benchmark_reconcile import measure_reconcile
+    from cdcreplay_lab.benchmark_reconcile import measure_reconcile
 
     result = measure_reconcile(spark, tmp_path, rows=1000, period=100)
 

@@ -18,9 +18,9 @@ from pyspark.testing import assertDataFrameEqual
 
 from cdcreplay import cli
 from cdcreplay.entrypoints import EXIT_BAD_INPUT, EXIT_ERROR, EXIT_OK, reconcile_main, replay_main
-from cdcreplay.simulator import build_sample_archive
 from cdcreplay.storage import Location
 from cdcreplay.warehouse import PipelinePaths, published_rows, read_current, read_table
+from cdcreplay_lab.simulator import build_sample_archive
 
 BUCKET = "lake"
 WAREHOUSE = f"s3a://{BUCKET}/warehouse"

@@ -41,7 +41,7 @@ from test_airflow_run import (
     write_config,
 )
 
-from cdcreplay.airflow_env import DAG_ID
+from cdcreplay_lab.airflow_env import DAG_ID
 
 pytestmark = [pytest.mark.airflow, pytest.mark.timeout(1800)]
 
@@ -69,7 +69,7 @@ REFUSED_SCREENSHOT = SCREENSHOTS / "trigger-refused.png"
 @pytest.fixture(scope="module")
 def ui(tmp_path_factory):
     """Archives of both demo pipelines, and Airflow serving and running the DAG."""
-    from cdcreplay.simulator import build_sample_archive
+    from cdcreplay_lab.simulator import build_sample_archive
 
     root = tmp_path_factory.mktemp("trigger_form")
     for name, fmt in PIPELINES.items():

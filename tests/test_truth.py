@@ -15,8 +15,8 @@ from archive_helpers import pipeline_config
 
 from cdcreplay import state_store, typed_tables
 from cdcreplay.entrypoints import EXIT_OK, replay_main
-from cdcreplay.simulator import FORMATS, build_sample_archive
 from cdcreplay.warehouse import read_table
+from cdcreplay_lab.simulator import FORMATS, build_sample_archive
 
 EVENTS = 2500
 SEED = 11

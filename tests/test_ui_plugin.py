@@ -46,8 +46,8 @@ from cdcreplay_ui.runs_index import (  # noqa: E402
 )
 from test_airflow_run import AirflowStack, _tail, airflow, free_local_port, write_config  # noqa: E402
 
-from cdcreplay.airflow_env import DAG_ID  # noqa: E402
 from cdcreplay.storage import Location  # noqa: E402
+from cdcreplay_lab.airflow_env import DAG_ID  # noqa: E402
 
 SCREENSHOT = SCREENSHOTS / "reconciliation.png"
 
@@ -455,7 +455,7 @@ def write_archives(archive: Path) -> list:
     """The two demo pipelines' archives; returns the changes the failing pipeline's source lost (DriftRow)."""
     from archive_helpers import Record, write_parquet
 
-    from cdcreplay.simulator import build_sample_archive
+    from cdcreplay_lab.simulator import build_sample_archive
 
     start = datetime(2026, 1, 1, tzinfo=UTC)
     history = build_sample_archive(archive / FAILING_PIPELINE, "debezium-json", EVENTS, SEED, drift=DRIFT, start=start)

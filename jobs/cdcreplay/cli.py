@@ -43,31 +43,13 @@ def show_table(config_path: str, pipeline: str, table_id: str, limit: int | None
     return 0
 
 
-# The lab: what makes archives, measures and demonstrates the jobs, but never runs in them. Left out of the package
-# the cluster receives (tests/test_import_graph.py holds that the jobs import none of it).
-LAB_MODULES = (
-    "simulator",
-    "benchmark",
-    "benchmark_keyed",
-    "benchmark_reconcile",
-    "benchmark_reference",
-    "demo",
-    "airflow_env",
-)
-
-
-def is_lab_code(relative: Path) -> bool:
-    """Whether a file of the package (its path relative to the package folder) is lab code."""
-    return relative.parts[0].removesuffix(".py") in LAB_MODULES
-
-
 # Where `cdcreplay package` writes by default; the DAG ships it when CDCREPLAY_PY_FILES names it.
 DEFAULT_PACKAGE = Path(__file__).resolve().parents[2] / "var" / "dist" / "cdcreplay-jobs.zip"
 
 
 def build_package(out: Path) -> int:
-    """Zip the cdcreplay package (its .py files, without the lab code) for spark-submit --py-files; return the
-    number of modules.
+    """Zip the cdcreplay package (its .py files) for spark-submit --py-files; return the number of modules. The lab
+    (``cdcreplay_lab``: simulator, benchmarks, demo) is a package of its own and stays out: the jobs never import it.
 
     The executors import the jobs' code from this file, so it must be rebuilt whenever jobs/cdcreplay changes.
     Entries are sorted and carry a fixed timestamp (the same code gives the same bytes), and the file is replaced in
@@ -78,9 +60,7 @@ def build_package(out: Path) -> int:
     import zipfile
 
     package = Path(__file__).resolve().parent
-    modules = sorted(
-        p for p in package.rglob("*.py") if "__pycache__" not in p.parts and not is_lab_code(p.relative_to(package))
-    )
+    modules = sorted(p for p in package.rglob("*.py") if "__pycache__" not in p.parts)
     out.parent.mkdir(parents=True, exist_ok=True)
     handle, temp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
     os.close(handle)
@@ -107,15 +87,15 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     try:
         if command == "simulate":
-            from cdcreplay.simulator.cli import main as simulate_main
+            from cdcreplay_lab.simulator.cli import main as simulate_main
 
             return simulate_main(rest)
         if command == "demo":
-            from cdcreplay.demo import main as demo_main
+            from cdcreplay_lab.demo import main as demo_main
 
             return demo_main(rest)
         if command == "benchmark":
-            from cdcreplay.benchmark import main as benchmark_main
+            from cdcreplay_lab.benchmark import main as benchmark_main
 
             return benchmark_main(rest)
         if command == "package":

@@ -26,9 +26,9 @@ from datetime import timedelta
 from pathlib import Path
 
 from cdcreplay.schema import OP_DELETE, OP_INSERT, OP_SNAPSHOT, OP_UPDATE
-from cdcreplay.simulator.encode_canal import canal_text
-from cdcreplay.simulator.history import EPOCH_UTC, Event, History, TableSpec
-from cdcreplay.simulator.records import KafkaRecord
+from cdcreplay_lab.simulator.encode_canal import canal_text
+from cdcreplay_lab.simulator.history import EPOCH_UTC, Event, History, TableSpec
+from cdcreplay_lab.simulator.records import KafkaRecord
 
 TOPIC = "dts.shop.shareplex"
 FIRST_SCN = 14_589_063_118_712
@@ -114,7 +114,7 @@ def encode(history: History, out_dir: Path, long_ops: bool = False) -> Iterator[
 
 def pipeline_settings(out_dir: Path) -> dict:
     """Shareplex carries neither keys nor types: both come from the config, as a user declares them."""
-    from cdcreplay.simulator.history import TABLES
+    from cdcreplay_lab.simulator.history import TABLES
 
     return {
         "tables": {

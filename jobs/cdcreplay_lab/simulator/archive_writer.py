@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from cdcreplay.simulator.records import KafkaRecord
+from cdcreplay_lab.simulator.records import KafkaRecord
 
 LAYOUTS = ("parquet", "jsonl", "kcat")
 LAYOUT_EXTENSIONS = {"parquet": ".parquet", "jsonl": ".jsonl", "kcat": ".json"}
@@ -320,8 +320,8 @@ def build_sample_archive(
     and ``history.pipeline_settings`` the pipeline config entries a reader of this archive needs (options, tables).
     ``history_options`` go to ``simulate`` (start, days). ``schemas`` applies to debezium-json only.
     """
-    from cdcreplay.simulator.encoders import encoder
-    from cdcreplay.simulator.history import simulate
+    from cdcreplay_lab.simulator.encoders import encoder
+    from cdcreplay_lab.simulator.history import simulate
 
     chosen = encoder(format)
     history = simulate(seed=seed, events=events, drift=drift, **history_options)

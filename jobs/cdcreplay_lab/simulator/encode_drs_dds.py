@@ -29,9 +29,9 @@ from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 
 from cdcreplay.schema import OP_DELETE, OP_INSERT, OP_SNAPSHOT, OP_UPDATE
-from cdcreplay.simulator.history import CUSTOMERS, EPOCH_UTC, NOOP_DDL_TABLE, ORDER_ITEMS, Event, History, TableSpec
-from cdcreplay.simulator.records import KafkaRecord
-from cdcreplay.simulator.truth import _java_double
+from cdcreplay_lab.simulator.history import CUSTOMERS, EPOCH_UTC, NOOP_DDL_TABLE, ORDER_ITEMS, Event, History, TableSpec
+from cdcreplay_lab.simulator.records import KafkaRecord
+from cdcreplay_lab.simulator.truth import _java_double
 
 EMBEDDED = {CUSTOMERS: ("contact", ("email", "birthday"))}
 INT32_MAX = 2**31 - 1

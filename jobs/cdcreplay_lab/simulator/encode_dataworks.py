@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from cdcreplay.schema import OP_DELETE, OP_INSERT, OP_SNAPSHOT, OP_UPDATE
-from cdcreplay.simulator.history import (
+from cdcreplay_lab.simulator.history import (
     EPOCH_NAIVE,
     EPOCH_UTC,
     NOOP_DDL_TABLE,
@@ -36,7 +36,7 @@ from cdcreplay.simulator.history import (
     Event,
     History,
 )
-from cdcreplay.simulator.records import KafkaRecord
+from cdcreplay_lab.simulator.records import KafkaRecord
 
 TOPIC = "dataworks.shop"
 PARTITIONS = 3

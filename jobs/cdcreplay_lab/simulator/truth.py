@@ -8,7 +8,7 @@ from datetime import date, datetime
 from decimal import Decimal
 from pathlib import Path
 
-from cdcreplay.simulator.history import History
+from cdcreplay_lab.simulator.history import History
 
 
 def _java_double(value: float) -> str:

@@ -24,8 +24,8 @@ from datetime import date, datetime, timedelta
 from decimal import Decimal
 
 from cdcreplay.schema import OP_DELETE, OP_INSERT, OP_SNAPSHOT, OP_UPDATE
-from cdcreplay.simulator.history import EPOCH_DATE, EPOCH_NAIVE, EPOCH_UTC, Event, History, TableSpec
-from cdcreplay.simulator.records import KafkaRecord
+from cdcreplay_lab.simulator.history import EPOCH_DATE, EPOCH_NAIVE, EPOCH_UTC, Event, History, TableSpec
+from cdcreplay_lab.simulator.records import KafkaRecord
 
 DEBEZIUM_VERSION = "2.7.0.Final"
 SERVER_ID = 1

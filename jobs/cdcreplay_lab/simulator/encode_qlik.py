@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
 from cdcreplay.schema import OP_DELETE, OP_INSERT, OP_SNAPSHOT, OP_UPDATE
-from cdcreplay.simulator.history import EPOCH_NAIVE, EPOCH_UTC, NOOP_DDL_TABLE, Event, History, TableSpec
-from cdcreplay.simulator.records import KafkaRecord
+from cdcreplay_lab.simulator.history import EPOCH_NAIVE, EPOCH_UTC, NOOP_DDL_TABLE, Event, History, TableSpec
+from cdcreplay_lab.simulator.records import KafkaRecord
 
 SERVER = "replicate1"
 TASK = "shop_to_kafka"

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from cdcreplay.schema import OP_DELETE
-from cdcreplay.simulator.encode_debezium import (
+from cdcreplay_lab.simulator.encode_debezium import (
     DEBEZIUM_VERSION,
     HEADER_NEW_KEY,
     HEADER_OLD_KEY,
@@ -28,8 +28,8 @@ from cdcreplay.simulator.encode_debezium import (
     _days,
     _epoch_ms,
 )
-from cdcreplay.simulator.history import EPOCH_UTC, Event, History, TableSpec
-from cdcreplay.simulator.records import KafkaRecord
+from cdcreplay_lab.simulator.history import EPOCH_UTC, Event, History, TableSpec
+from cdcreplay_lab.simulator.records import KafkaRecord
 
 SCHEMA_FOLDER = "_schemas"
 FIRST_SCHEMA_ID = 101

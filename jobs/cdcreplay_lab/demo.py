@@ -26,8 +26,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from cdcreplay import progress
-from cdcreplay.airflow_env import DAG_ID, REPO, embedded_env, venv_bin
 from cdcreplay.config import LoadedConfig, load_config
+from cdcreplay_lab.airflow_env import DAG_ID, REPO, embedded_env, venv_bin
 
 DEFAULT_CONFIG = REPO / "config" / "pipelines.yaml"
 DEFAULT_WORK = REPO / "var"
@@ -50,7 +50,7 @@ def _say(message: str) -> None:
 
 def prepare_archives(config: LoadedConfig, work: Path, events: int, drift: int, days: int) -> dict:
     """Write each pipeline's archive and truth; return what the simulator expects of the run."""
-    from cdcreplay.simulator import build_sample_archive, write_truth
+    from cdcreplay_lab.simulator import build_sample_archive, write_truth
 
     expected = {}
     for pipeline in config.project.pipelines:
@@ -105,8 +105,8 @@ def run_airflow(config: LoadedConfig, work: Path) -> tuple[int, Path]:
 
 def published_lines(config: LoadedConfig, pipeline: str) -> dict[str, list[str]]:
     """Every published table of a pipeline as truth lines (provenance columns left out)."""
-    from cdcreplay.simulator import json_row
     from cdcreplay.warehouse import PipelinePaths, published_rows, read_current
+    from cdcreplay_lab.simulator import json_row
 
     paths = PipelinePaths(config.warehouse, pipeline)
     current = read_current(paths) or {"tables": {}}

@@ -30,9 +30,9 @@ from datetime import date, datetime
 from pathlib import Path
 
 from cdcreplay.schema import OP_DELETE, OP_INSERT, OP_SNAPSHOT, OP_UPDATE
-from cdcreplay.simulator.dts_record_schema import NAMESPACE, parsed_record_schema, write_record_schema
-from cdcreplay.simulator.history import BINLOG_FIRST_FILE, NOOP_DDL_TABLE, TABLES, Event, History, TableSpec
-from cdcreplay.simulator.records import KafkaRecord
+from cdcreplay_lab.simulator.dts_record_schema import NAMESPACE, parsed_record_schema, write_record_schema
+from cdcreplay_lab.simulator.history import BINLOG_FIRST_FILE, NOOP_DDL_TABLE, TABLES, Event, History, TableSpec
+from cdcreplay_lab.simulator.records import KafkaRecord
 
 TOPIC = "dts.shop.avro"
 SCHEMA_FILE = "_dts_record.avsc"

@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 
-from cdcreplay.simulator.encode_canal import encode_canal_json
-from cdcreplay.simulator.history import History
-from cdcreplay.simulator.records import KafkaRecord
+from cdcreplay_lab.simulator.encode_canal import encode_canal_json
+from cdcreplay_lab.simulator.history import History
+from cdcreplay_lab.simulator.records import KafkaRecord
 
 _compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 

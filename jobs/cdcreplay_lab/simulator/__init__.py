@@ -8,11 +8,11 @@
 No pyspark here: the simulator is plain Python and pyarrow.
 """
 
-from cdcreplay.simulator.archive_writer import LAYOUTS, build_sample_archive, jsonl_line, kcat_line, write_archive
-from cdcreplay.simulator.encode_canal import canal_text, encode_canal_json
-from cdcreplay.simulator.encode_debezium import decimal_from_base64, decimal_to_base64, encode_debezium_json
-from cdcreplay.simulator.encoders import FORMATS
-from cdcreplay.simulator.history import (
+from cdcreplay_lab.simulator.archive_writer import LAYOUTS, build_sample_archive, jsonl_line, kcat_line, write_archive
+from cdcreplay_lab.simulator.encode_canal import canal_text, encode_canal_json
+from cdcreplay_lab.simulator.encode_debezium import decimal_from_base64, decimal_to_base64, encode_debezium_json
+from cdcreplay_lab.simulator.encoders import FORMATS
+from cdcreplay_lab.simulator.history import (
     TABLES,
     Column,
     DriftRow,
@@ -23,8 +23,8 @@ from cdcreplay.simulator.history import (
     TableSpec,
     simulate,
 )
-from cdcreplay.simulator.records import KafkaRecord
-from cdcreplay.simulator.truth import canonical_text, json_row, truth_lines, write_truth
+from cdcreplay_lab.simulator.records import KafkaRecord
+from cdcreplay_lab.simulator.truth import canonical_text, json_row, truth_lines, write_truth
 
 __all__ = [
     "FORMATS",

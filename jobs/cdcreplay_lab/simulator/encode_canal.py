@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from datetime import date, timedelta
 
 from cdcreplay.schema import OP_DELETE, OP_INSERT, OP_SNAPSHOT, OP_UPDATE
-from cdcreplay.simulator.history import EPOCH_UTC, MAX_INIT_BATCH, NOOP_DDL_TABLE, Event, History, TableSpec
-from cdcreplay.simulator.records import KafkaRecord
+from cdcreplay_lab.simulator.history import EPOCH_UTC, MAX_INIT_BATCH, NOOP_DDL_TABLE, Event, History, TableSpec
+from cdcreplay_lab.simulator.records import KafkaRecord
 
 TYPES = {OP_SNAPSHOT: "INIT", OP_INSERT: "INSERT", OP_UPDATE: "UPDATE", OP_DELETE: "DELETE"}
 # JDBC type codes DTS reports in sqlType (java.sql.Types); TINYINT(1) is reported as BIT.

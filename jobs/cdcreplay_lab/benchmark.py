@@ -30,12 +30,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from cdcreplay import benchmark_keyed
-from cdcreplay.airflow_env import REPO
-from cdcreplay.benchmark_keyed import FORMAT as KEYED_FORMAT
-from cdcreplay.benchmark_reference import run_reference
 from cdcreplay.delta_tables import read_version
 from cdcreplay.progress import PIPELINE_STAGES
+from cdcreplay_lab import benchmark_keyed
+from cdcreplay_lab.airflow_env import REPO
+from cdcreplay_lab.benchmark_keyed import FORMAT as KEYED_FORMAT
+from cdcreplay_lab.benchmark_reference import run_reference
 
 REFERENCE_EVENTS_PER_S = {"spark (hand-written, from_json + max_by)": 196_000, "duckdb": 1_000_000}
 SPARK_REFERENCE = REFERENCE_EVENTS_PER_S["spark (hand-written, from_json + max_by)"]
@@ -62,7 +62,7 @@ class ArchiveSource:
 
 def simulated(work: Path, fmt: str, events: int) -> ArchiveSource:
     """The simulator's archive of ``events`` row events in ``fmt``."""
-    from cdcreplay.simulator.encoders import encoder
+    from cdcreplay_lab.simulator.encoders import encoder
 
     archive = _archive(work, fmt, events)
     return ArchiveSource(archive, encoder(fmt).pipeline(archive), _simulated_pipeline(fmt))
@@ -91,7 +91,7 @@ def keyed_source(spark, work: Path, keys: int, nightly: int) -> ArchiveSource:
 
 def _archive(work: Path, fmt: str, events: int) -> Path:
     """A simulated archive for ``fmt``, regenerated only when its parameters changed."""
-    from cdcreplay.simulator import build_sample_archive
+    from cdcreplay_lab.simulator import build_sample_archive
 
     def simulate(folder: Path) -> str:
         history = build_sample_archive(folder, fmt, events=events, seed=SEED, days=3, rows_per_file=500_000)
@@ -414,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     args.events = 2_000_000 if args.events is None else args.events
 
     from cdcreplay.config import KNOWN_FORMATS
-    from cdcreplay.simulator.encoders import FORMATS as SIMULATED_FORMATS
+    from cdcreplay_lab.simulator.encoders import FORMATS as SIMULATED_FORMATS
 
     formats = [f.strip() for f in args.formats.split(",") if f.strip() and f.strip() != "none"]
     if formats == ["all"]:
@@ -488,7 +488,7 @@ def main(argv: list[str] | None = None) -> int:
             )
     reconciliation = None
     if args.reconcile_rows:
-        from cdcreplay.benchmark_reconcile import measure_reconcile
+        from cdcreplay_lab.benchmark_reconcile import measure_reconcile
 
         print(f"reconciliation: {args.reconcile_rows:,}-row snapshot against a {args.reconcile_rows:,}-row state")
         reconciliation = measure_reconcile(spark, args.work, args.reconcile_rows)

@@ -13,11 +13,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from cdcreplay.simulator import alibaba_encoders, drs_encoders, qlik_debezium_encoders
-from cdcreplay.simulator.encode_canal import encode_canal_json
-from cdcreplay.simulator.encode_debezium import encode_debezium_json
-from cdcreplay.simulator.history import History
-from cdcreplay.simulator.records import KafkaRecord
+from cdcreplay_lab.simulator import alibaba_encoders, drs_encoders, qlik_debezium_encoders
+from cdcreplay_lab.simulator.encode_canal import encode_canal_json
+from cdcreplay_lab.simulator.encode_debezium import encode_debezium_json
+from cdcreplay_lab.simulator.history import History
+from cdcreplay_lab.simulator.records import KafkaRecord
 
 
 def _no_settings(out_dir: Path) -> dict:

@@ -8,9 +8,9 @@ judge it; ``tests/test_huawei_dds.py`` compares it with the truth through the do
 
 from __future__ import annotations
 
-from cdcreplay.simulator import encode_drs_avro
-from cdcreplay.simulator.encode_drs_json import encode_drs_json, pipeline_settings
-from cdcreplay.simulator.history import TABLES
+from cdcreplay_lab.simulator import encode_drs_avro
+from cdcreplay_lab.simulator.encode_drs_json import encode_drs_json, pipeline_settings
+from cdcreplay_lab.simulator.history import TABLES
 
 
 def _json(source: str):

@@ -1,6 +1,6 @@
 """Command line: simulate a history, write it as an archive in one format, optionally write the true final state.
 
-python -m cdcreplay.simulator --format debezium-json --events 2000 --seed 7 --out var/archive --truth truth.jsonl
+python -m cdcreplay_lab.simulator --format debezium-json --events 2000 --seed 7 --out var/archive --truth truth.jsonl
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-from cdcreplay.simulator.archive_writer import LAYOUTS, build_sample_archive
-from cdcreplay.simulator.encoders import FORMATS
-from cdcreplay.simulator.truth import write_truth
+from cdcreplay_lab.simulator.archive_writer import LAYOUTS, build_sample_archive
+from cdcreplay_lab.simulator.encoders import FORMATS
+from cdcreplay_lab.simulator.truth import write_truth
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cdcreplay.simulator.encode_debezium_avro import SCHEMA_FOLDER, encode_debezium_avro
-from cdcreplay.simulator.encode_qlik import encode_qlik_avro, encode_qlik_json
+from cdcreplay_lab.simulator.encode_debezium_avro import SCHEMA_FOLDER, encode_debezium_avro
+from cdcreplay_lab.simulator.encode_qlik import encode_qlik_avro, encode_qlik_json
 
 
 def _registry_dir(out_dir: Path) -> dict:

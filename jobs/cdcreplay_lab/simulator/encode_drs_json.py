@@ -26,7 +26,7 @@ from datetime import date, datetime, timedelta
 from decimal import Decimal
 
 from cdcreplay.schema import OP_DELETE, OP_INSERT, OP_SNAPSHOT, OP_UPDATE
-from cdcreplay.simulator.history import (
+from cdcreplay_lab.simulator.history import (
     EPOCH_UTC,
     MAX_INIT_BATCH,
     NOOP_DDL_TABLE,
@@ -35,8 +35,8 @@ from cdcreplay.simulator.history import (
     History,
     TableSpec,
 )
-from cdcreplay.simulator.records import KafkaRecord
-from cdcreplay.simulator.truth import _java_double
+from cdcreplay_lab.simulator.records import KafkaRecord
+from cdcreplay_lab.simulator.truth import _java_double
 
 SOURCES = ("mysql", "json-c", "oracle", "postgresql")
 TYPES = {OP_SNAPSHOT: "INIT", OP_INSERT: "INSERT", OP_UPDATE: "UPDATE", OP_DELETE: "DELETE"}

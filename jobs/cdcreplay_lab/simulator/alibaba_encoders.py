@@ -5,7 +5,7 @@ Collected here so the shared registry takes them in one entry and imports nothin
 
 from __future__ import annotations
 
-from cdcreplay.simulator import encode_dataworks, encode_dts_avro, encode_shareplex
+from cdcreplay_lab.simulator import encode_dataworks, encode_dts_avro, encode_shareplex
 
 ENCODERS = {
     "dts-shareplex-json": (encode_shareplex.encode, encode_shareplex.pipeline_settings),

@@ -24,9 +24,9 @@ from pathlib import Path
 import fastavro
 
 from cdcreplay.schema import OP_DELETE, OP_INSERT, OP_SNAPSHOT, OP_UPDATE
-from cdcreplay.simulator.encode_drs_json import value_renderer
-from cdcreplay.simulator.history import EPOCH_UTC, NOOP_DDL_TABLE, TABLES, History, TableSpec
-from cdcreplay.simulator.records import KafkaRecord
+from cdcreplay_lab.simulator.encode_drs_json import value_renderer
+from cdcreplay_lab.simulator.history import EPOCH_UTC, NOOP_DDL_TABLE, TABLES, History, TableSpec
+from cdcreplay_lab.simulator.records import KafkaRecord
 
 SCHEMA_FILE = "_drs-record.avsc"
 DRS_RECORD_SCHEMA = {

@@ -1,5 +1,0 @@
-import sys
-
-from cdcreplay.simulator.cli import main
-
-sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from cdcreplay_lab.simulator.cli import main
+
+sys.exit(main())
