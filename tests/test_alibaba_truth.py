@@ -10,6 +10,7 @@ import json
 import pytest
 from archive_helpers import pipeline_config
 
+from cdcreplay.contracts import RunSummary
 from cdcreplay.entrypoints import EXIT_OK, replay_main
 from cdcreplay.formats.canal_json import LEGACY_DELETE_NOTE
 from cdcreplay.report import render_replay
@@ -63,7 +64,10 @@ def test_canal_legacy_layout(spark, tmp_path, history):
     # Undeclared: every DELETE is read from `old` (the only way it can be read) and the summary says so.
     summary = replay(tmp_path, "undeclared", "canal-json", archive, {})
     assert summary["decoded"]["notes"] == {LEGACY_DELETE_NOTE: deletes}
-    assert f"  note ({deletes} records): {LEGACY_DELETE_NOTE}" in render_replay([summary]).splitlines()
+    assert (
+        f"  note ({deletes} records): {LEGACY_DELETE_NOTE}"
+        in render_replay([RunSummary.from_json(summary)]).splitlines()
+    )
 
     # Declared open-source against a legacy stream: the DELETEs are quarantined, not guessed.
     summary = replay(tmp_path, "contradicted", "canal-json", archive, {"options": {"legacy_swapped": False}})

@@ -38,12 +38,12 @@ def test_a_pipeline_run_logs_every_stage_with_its_counts(spark, tmp_path, caplog
     finally:
         progress.hide_console()
 
-    records, tables = history.archive["records"], len(summary["tables"])
-    assert summary["distinct_records"] == records
+    records, tables = history.archive["records"], len(summary.tables)
+    assert summary.distinct_records == records
     stages = [
         ("read", f"{records:,} records selected from {len(history.archive['files'])} files"),
         ("decode", f"{records:,}/{records:,} records decoded"),
-        ("compact", f"{summary['decoded']['changelog_rows']:,} changes compacted, state written whole"),
+        ("compact", f"{summary.decoded['changelog_rows']:,} changes compacted, state written whole"),
         ("type", f"{tables} tables typed"),
         ("audit", f"{tables}/{tables} tables passed"),
         ("publish", f"{tables} tables published"),
@@ -60,7 +60,7 @@ def test_a_pipeline_run_logs_every_stage_with_its_counts(spark, tmp_path, caplog
     ]
     # The times in the lines are the stage times of the summary.
     logged = [float(m.group(1)) for m in re.finditer(r"done in (\d+\.\d)s", "\n".join(progress_lines(caplog)))]
-    assert logged == pytest.approx(list(summary["timings_s"].values()), abs=0.051)
+    assert logged == pytest.approx(list(summary.timings_s.values()), abs=0.051)
     assert progress._current is None, "after publish no stage of the run is running"
 
 

@@ -305,12 +305,12 @@ def test_run_reconciliation_with_base_state(spark, tmp_path):
     assert spark.conf.get(VECTORIZED_READER) == "false"
 
     out = tmp_path / "run" / "reconcile"
-    assert summary["verdict"] == "fail"
-    assert summary["diff_path"] == str(out / "diff")
+    assert summary.verdict == "fail"
+    assert summary.diff_path == str(out / "diff")
     assert [
-        (m["epoch_no"], m["kind"], m["match"], m["mismatch"], m["missing_in_incremental"]) for m in summary["tables"]
+        (m["epoch_no"], m["kind"], m["match"], m["mismatch"], m["missing_in_incremental"]) for m in summary.tables
     ] == [(1, "reconciled", 1, 1, 1)]
-    assert any(f.startswith("expect_column_values_to_be_in_set(column=status)") for f in summary["failed_expectations"])
+    assert any(f.startswith("expect_column_values_to_be_in_set(column=status)") for f in summary.failed_expectations)
     diff = spark.read.parquet(str(out / "diff"))
     assert rows_of(diff, ORDERS) == ordered(
         [
@@ -326,7 +326,7 @@ def test_run_reconciliation_with_base_state(spark, tmp_path):
     assert "amount: '2.50' / '2.00'" in report
     assert str(out / "diff") in report
     assert (out / "data_docs" / "index.html").is_file()
-    assert summary["data_docs_path"] == str(out / "data_docs" / "index.html")
+    assert summary.data_docs_path == str(out / "data_docs" / "index.html")
 
 
 def test_a_snapshot_against_a_base_state_reports_exactly_the_planted_differences(spark, tmp_path):
@@ -395,10 +395,10 @@ def test_a_run_without_snapshot_reads_has_nothing_to_reconcile_and_leaves_the_st
 
     absent = state_ref(tmp_path / "no-state", 0, None)
     summary = run_reconciliation(spark, tmp_path / "run", str(tmp_path / "changelog"), absent)
-    assert summary["verdict"] == "pass"
-    assert summary["tables"] == []
-    assert summary["headline"].startswith("Reconciliation passed: 0 snapshot epoch(s) reconciled, 0 baseline epoch(s)")
-    assert spark.read.parquet(summary["diff_path"]).count() == 0
+    assert summary.verdict == "pass"
+    assert summary.tables == []
+    assert summary.headline.startswith("Reconciliation passed: 0 snapshot epoch(s) reconciled, 0 baseline epoch(s)")
+    assert spark.read.parquet(summary.diff_path).count() == 0
 
 
 def test_a_base_state_is_read_by_the_diff_alone_its_facts_stand_in_for_it(spark, tmp_path):

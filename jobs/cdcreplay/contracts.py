@@ -7,6 +7,7 @@ library: no pyspark, no pydantic.
 from __future__ import annotations
 
 import re
+from dataclasses import asdict, dataclass, field, fields
 
 # -- names that become folder names and command-line arguments (pipelines, the tables a run is limited to) ---------
 NAME_MAX = 128
@@ -50,3 +51,85 @@ FAILING_STATUSES = (STATUS_MISMATCH, STATUS_MISSING_IN_INCREMENTAL, STATUS_MISSI
 VERDICT_PASS = "pass"
 VERDICT_FAIL = "fail"
 VERDICT_BASELINE = "baseline"
+VERDICT_SKIPPED = "skipped"  # a run without changes has nothing to reconcile
+
+
+# -- what a run's summary.json holds: written by the replay job, completed by the reconcile task, read by the report
+# task, the CLI and the reconciliation view. Read back leniently (summaries of earlier releases lack newer fields).
+@dataclass
+class ReconciliationResult:
+    """One pipeline's reconciliation of one run (``cdcreplay.reconcile.run_reconciliation``)."""
+
+    verdict: str  # VERDICT_PASS, VERDICT_FAIL or VERDICT_SKIPPED
+    pipeline: str | None = None
+    headline: str = ""
+    reason: str | None = None  # why it was skipped
+    generated_at: str | None = None  # ISO-8601, UTC
+    # One entry per table and snapshot epoch: its kind (reconciled or baseline), verdict and a count per status.
+    tables: list[dict] = field(default_factory=list)
+    failed_expectations: list[str] = field(default_factory=list)  # of the reconciliation_diff suite
+    diff_path: str | None = None  # every compared key with its status (Parquet)
+    metrics_path: str | None = None
+    report_path: str | None = None
+    data_docs_path: str | None = None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, document: dict) -> ReconciliationResult:
+        return _from_json(cls, document)
+
+
+@dataclass
+class RunSummary:
+    """One pipeline's replay run: what it read, decoded and published, and where its files are."""
+
+    pipeline: str
+    format: str
+    run_id: str
+    dry_run: bool = False
+    full_rebuild: bool = False
+    records_read: int = 0  # selected archive records, duplicates included
+    distinct_records: int = 0
+    duplicates: int = 0
+    missing_offsets: int = 0
+    manifest_path: str | None = None
+    files: int = 0
+    unreadable_files: int = 0  # left out of the read (archive.skip_unreadable_files), listed in the manifest
+    timings_s: dict[str, float] = field(default_factory=dict)  # per stage
+    elapsed_s: float = 0.0
+    version: str | None = None  # the pipeline's published version after the run (None: nothing published yet)
+    tables: dict[str, dict] = field(default_factory=dict)  # per table: rows, tombstones, columns, key, path, ...
+    # The rest is set when the run decoded records (not for a dry run or an empty interval).
+    decoded: dict | None = None  # counts per kind, reason, table and Kafka partition (cdcreplay.accounting)
+    quality: dict | None = None  # the audit: the suite's result per table
+    type_conflicts: int = 0  # live rows held back from the typed tables
+    state: dict | None = None  # the state version this run committed (state_store.state_ref)
+    base_state: dict | None = None  # the state version it built on; None: a full rebuild
+    state_merged: bool | None = None  # the changed keys were merged into the state (else it was written whole)
+    layouts_from_merge: bool | None = None  # the tables' layouts came from the merged rows, not the whole state
+    changelog_path: str | None = None
+    quarantine_path: str | None = None
+    type_conflicts_path: str | None = None
+    reconciliation: ReconciliationResult | None = None  # set by the reconcile task
+
+    def to_json(self) -> dict:
+        return asdict(self)  # every field, null where it does not apply
+
+    @classmethod
+    def from_json(cls, document: dict) -> RunSummary:
+        summary = _from_json(cls, document)
+        reconciliation = summary.reconciliation
+        summary.reconciliation = (
+            ReconciliationResult.from_json(reconciliation)
+            if isinstance(reconciliation, dict) and "verdict" in reconciliation
+            else None
+        )
+        return summary
+
+
+def _from_json(cls, document: dict):
+    """``cls`` from its JSON document; keys this release does not know (a newer writer's) are ignored."""
+    known = {f.name for f in fields(cls)}
+    return cls(**{key: value for key, value in document.items() if key in known})

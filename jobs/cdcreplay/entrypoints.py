@@ -12,6 +12,7 @@ import logging
 import sys
 
 from cdcreplay.config import ConfigError, load_config
+from cdcreplay.contracts import VERDICT_FAIL, VERDICT_SKIPPED, ReconciliationResult
 from cdcreplay.run_spec import RunSpec, build_run_spec
 
 EXIT_OK, EXIT_VERDICT_FAIL, EXIT_BAD_INPUT, EXIT_ERROR = 0, 1, 2, 3
@@ -102,17 +103,16 @@ def reconcile_main(argv: list[str] | None = None) -> int:
         watch_spark(spark)  # the reconcile task's log shows the Spark stages it is waiting on
         results = reconcile_pipelines(spark, config, spec)
         print(render_reconciliation(results))
-        return EXIT_VERDICT_FAIL if any(r.get("verdict") == "fail" for r in results) else EXIT_OK
+        return EXIT_VERDICT_FAIL if any(r.verdict == VERDICT_FAIL for r in results) else EXIT_OK
 
     return _guarded(body)
 
 
-def reconcile_pipelines(spark, config, spec: RunSpec) -> list[dict]:
+def reconcile_pipelines(spark, config, spec: RunSpec) -> list[ReconciliationResult]:
     """Reconcile each pipeline of the run; the result is also stored in the run's summary.json."""
-    from cdcreplay.pipeline import load_summary, summary_path
+    from cdcreplay.pipeline import load_summary, save_summary, summary_path
     from cdcreplay.reconcile import run_reconciliation
     from cdcreplay.storage import Location
-    from cdcreplay.warehouse import write_json_atomically
 
     results = []
     names = spec.pipelines or tuple(p.name for p in config.project.pipelines)
@@ -120,14 +120,14 @@ def reconcile_pipelines(spark, config, spec: RunSpec) -> list[dict]:
         summary = load_summary(config, name, spec.run_id)
         if summary is None:
             raise ConfigError(f"pipeline {name}: run {spec.run_id} has no summary; run the replay job first")
-        changelog = summary.get("changelog_path")
+        changelog = summary.changelog_path
         if not changelog or not Location(changelog).is_dir():
-            result = {"pipeline": name, "verdict": "skipped", "reason": "no changes in this run", "tables": []}
+            result = ReconciliationResult(VERDICT_SKIPPED, pipeline=name, reason="no changes in this run")
         else:
             run_dir = summary_path(config, name, spec.run_id).parent
-            result = {"pipeline": name, **run_reconciliation(spark, run_dir, changelog, summary.get("base_state"))}
-        summary["reconciliation"] = result
-        write_json_atomically(summary_path(config, name, spec.run_id), summary)
+            result = run_reconciliation(spark, run_dir, changelog, summary.base_state, pipeline=name)
+        summary.reconciliation = result
+        save_summary(config, summary)
         results.append(result)
     return results
 

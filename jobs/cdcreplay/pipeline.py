@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 from cdcreplay import archive, progress, publishing, quality, warehouse
 from cdcreplay.accounting import AccountingError, check_accounting, decoded_counts
 from cdcreplay.config import ConfigError, LoadedConfig, PipelineConfig
-from cdcreplay.contracts import DECODED_FOLDER, MANIFEST_FILE, SUMMARY_FILE, TYPE_CONFLICTS_FOLDER
+from cdcreplay.contracts import DECODED_FOLDER, MANIFEST_FILE, SUMMARY_FILE, TYPE_CONFLICTS_FOLDER, RunSummary
 from cdcreplay.formats import REGISTRY, decoder_module
 from cdcreplay.formats.common import DECODED_DDL, KIND_CHANGE, KIND_QUARANTINE
 from cdcreplay.formats.native_json import write_decoded
@@ -56,7 +56,7 @@ class StageClock:
         self._since = now
 
 
-def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineConfig, spec: RunSpec) -> dict:
+def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineConfig, spec: RunSpec) -> RunSummary:
     """Run one pipeline for ``spec``; return (and write) its summary."""
     started = time.time()
     if not spec.dry_run:
@@ -79,8 +79,8 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
     if spec.dry_run or manifest["distinct_records"] == 0:
         # Nothing to decode (a dry run, or an interval with no records): the published state stays as it is.
         summary = _summary(pipeline, spec, paths, manifest, clock.timings, started, dry_run=spec.dry_run)
-        summary.update({"version": current["version"] if current else None, "tables": {}})
-        warehouse.write_json_atomically(run_dir / SUMMARY_FILE, summary)
+        summary.version = current["version"] if current else None
+        warehouse.write_json_atomically(run_dir / SUMMARY_FILE, summary.to_json())
         return summary
 
     # -- decode: one pass over the archive, routed to changelog / control / quarantine -----------------------------
@@ -144,18 +144,14 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
     clock.lap("publish", len(pointer["tables"]), unit="tables published")
 
     summary = _summary(pipeline, spec, paths, manifest, clock.timings, started, dry_run=False)
-    summary.update(_published_summary(paths, spec, pointer, building_on if base_state is not None else None))
-    summary.update(
-        {
-            "state": state_ref(paths.state_dir, committed.version, paths.patterns_file(committed.version)),
-            "state_merged": committed.merged,  # the changed keys merged (else written whole), see state_store
-            "layouts_from_merge": committed.patterns is not None,  # not from an aggregation of the whole state
-            "decoded": kinds,
-            "quality": audit,
-            "type_conflicts": sum(typed.conflicts.values()),
-        }
-    )
-    warehouse.write_json_atomically(run_dir / SUMMARY_FILE, summary)
+    _add_published(summary, paths, spec, pointer, building_on if base_state is not None else None)
+    summary.state = state_ref(paths.state_dir, committed.version, paths.patterns_file(committed.version))
+    summary.state_merged = committed.merged
+    summary.layouts_from_merge = committed.patterns is not None
+    summary.decoded = kinds
+    summary.quality = audit
+    summary.type_conflicts = sum(typed.conflicts.values())
+    warehouse.write_json_atomically(run_dir / SUMMARY_FILE, summary.to_json())
     return summary
 
 
@@ -219,23 +215,21 @@ def decode(
     return kinds
 
 
-def _published_summary(paths: warehouse.PipelinePaths, spec: RunSpec, pointer: dict, building_on: dict | None) -> dict:
+def _add_published(
+    summary: RunSummary, paths: warehouse.PipelinePaths, spec: RunSpec, pointer: dict, building_on: dict | None
+) -> None:
     """Where the run's results are: the published version, the state it built on (for the reconciliation, see
     state_store.state_ref), its changelog, quarantine and held-back rows."""
-    base_state = None
     if building_on is not None:
         version = building_on["state_version"]
-        base_state = state_ref(paths.state_dir, version, paths.patterns_file(version))
-    return {
-        "version": pointer["version"],
-        "base_state": base_state,
-        "tables": {  # the folder each table's Delta version is in
-            table_id: {**info, "path": str(paths.root / info["path"])} for table_id, info in pointer["tables"].items()
-        },
-        "changelog_path": decoded_path(paths, spec.run_id, KIND_CHANGE),
-        "quarantine_path": decoded_path(paths, spec.run_id, KIND_QUARANTINE),
-        "type_conflicts_path": str(paths.run_dir(spec.run_id) / TYPE_CONFLICTS_FOLDER),
+        summary.base_state = state_ref(paths.state_dir, version, paths.patterns_file(version))
+    summary.version = pointer["version"]
+    summary.tables = {  # the folder each table's Delta version is in
+        table_id: {**info, "path": str(paths.root / info["path"])} for table_id, info in pointer["tables"].items()
     }
+    summary.changelog_path = decoded_path(paths, spec.run_id, KIND_CHANGE)
+    summary.quarantine_path = decoded_path(paths, spec.run_id, KIND_QUARANTINE)
+    summary.type_conflicts_path = str(paths.run_dir(spec.run_id) / TYPE_CONFLICTS_FOLDER)
 
 
 def _read_decoded(spark: SparkSession, paths, run_id: str, kind: str, changelog_only: bool = False) -> DataFrame:
@@ -247,26 +241,26 @@ def _read_decoded(spark: SparkSession, paths, run_id: str, kind: str, changelog_
     return frame.select(*CHANGELOG_COLUMNS) if changelog_only else frame
 
 
-def _summary(pipeline, spec, paths, manifest, timings, started, dry_run: bool) -> dict:
-    return {
-        "pipeline": pipeline.name,
-        "format": pipeline.format,
-        "run_id": spec.run_id,
-        "dry_run": dry_run,
-        "full_rebuild": spec.full_rebuild,
-        "records_read": manifest["records"],
-        "distinct_records": manifest["distinct_records"],
-        "duplicates": manifest["duplicates"],
-        "missing_offsets": manifest["missing_offsets"],
-        "manifest_path": str(paths.run_file(spec.run_id, MANIFEST_FILE)),
-        "files": len(manifest["files"]),
-        "unreadable_files": len(manifest["unreadable_files"]),
-        "timings_s": timings,
-        "elapsed_s": round(time.time() - started, 3),
-    }
+def _summary(pipeline, spec, paths, manifest, timings, started, dry_run: bool) -> RunSummary:
+    return RunSummary(
+        pipeline=pipeline.name,
+        format=pipeline.format,
+        run_id=spec.run_id,
+        dry_run=dry_run,
+        full_rebuild=spec.full_rebuild,
+        records_read=manifest["records"],
+        distinct_records=manifest["distinct_records"],
+        duplicates=manifest["duplicates"],
+        missing_offsets=manifest["missing_offsets"],
+        manifest_path=str(paths.run_file(spec.run_id, MANIFEST_FILE)),
+        files=len(manifest["files"]),
+        unreadable_files=len(manifest["unreadable_files"]),
+        timings_s=timings,
+        elapsed_s=round(time.time() - started, 3),
+    )
 
 
-def run(spark: SparkSession, config: LoadedConfig, spec: RunSpec) -> list[dict]:
+def run(spark: SparkSession, config: LoadedConfig, spec: RunSpec) -> list[RunSummary]:
     """Every pipeline the spec names (all when it names none)."""
     names = spec.pipelines or tuple(p.name for p in config.project.pipelines)
     summaries = []
@@ -284,8 +278,12 @@ def summary_path(config: LoadedConfig, pipeline: str, run_id: str) -> Location:
     return warehouse.PipelinePaths(config.warehouse, pipeline).run_file(run_id, SUMMARY_FILE)
 
 
-def load_summary(config: LoadedConfig, pipeline: str, run_id: str) -> dict | None:
+def load_summary(config: LoadedConfig, pipeline: str, run_id: str) -> RunSummary | None:
     try:
-        return warehouse.read_json(summary_path(config, pipeline, run_id))
+        return RunSummary.from_json(warehouse.read_json(summary_path(config, pipeline, run_id)))
     except FileNotFoundError:
         return None
+
+
+def save_summary(config: LoadedConfig, summary: RunSummary) -> None:
+    warehouse.write_json_atomically(summary_path(config, summary.pipeline, summary.run_id), summary.to_json())

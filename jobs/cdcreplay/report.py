@@ -3,28 +3,27 @@
 from __future__ import annotations
 
 from cdcreplay.config import load_config
+from cdcreplay.contracts import VERDICT_SKIPPED, ReconciliationResult, RunSummary
 from cdcreplay.pipeline import load_summary
 from cdcreplay.run_spec import RunSpec
 from cdcreplay.warehouse import PipelinePaths, latest_run_id
 
 
-def render_replay(summaries: list[dict]) -> str:
+def render_replay(summaries: list[RunSummary]) -> str:
     lines = []
     for s in summaries:
-        head = f"pipeline {s['pipeline']} ({s['format']}), run {s['run_id']}"
-        if s.get("dry_run"):
-            lines.append(
-                f"{head}: DRY RUN, nothing decoded. Would read {s['records_read']} records from {s['files']} files."
-            )
-            lines.append(f"  manifest: {s['manifest_path']}")
+        head = f"pipeline {s.pipeline} ({s.format}), run {s.run_id}"
+        if s.dry_run:
+            lines.append(f"{head}: DRY RUN, nothing decoded. Would read {s.records_read} records from {s.files} files.")
+            lines.append(f"  manifest: {s.manifest_path}")
             continue
         lines.append(
-            f"{head}: read {s['records_read']} records ({s['duplicates']} duplicates, {s['missing_offsets']} missing "
-            f"offsets) from {s['files']} files; the replay took {s['elapsed_s']:.1f}s"
+            f"{head}: read {s.records_read} records ({s.duplicates} duplicates, {s.missing_offsets} missing "
+            f"offsets) from {s.files} files; the replay took {s.elapsed_s:.1f}s"
         )
-        if s.get("unreadable_files"):
-            lines.append(f"  {s['unreadable_files']} unreadable archive files left out (listed in the manifest)")
-        decoded = s.get("decoded")
+        if s.unreadable_files:
+            lines.append(f"  {s.unreadable_files} unreadable archive files left out (listed in the manifest)")
+        decoded = s.decoded
         if not decoded:
             lines.append("  no records in the selected range: the published state is unchanged")
             continue
@@ -36,18 +35,18 @@ def render_replay(summaries: list[dict]) -> str:
         lines.extend(_partition_lines(decoded.get("partitions", {})))
         for note, count in sorted(decoded.get("notes", {}).items()):
             lines.append(f"  note ({count} records): {note}")
-        lines.append(f"  published version {s['version']}:")
-        for table_id, info in sorted(s["tables"].items()):
+        lines.append(f"  published version {s.version}:")
+        for table_id, info in sorted(s.tables.items()):
             held_back = info.get("type_conflicts")
             lines.append(
                 f"    {table_id:40} {info['rows']:>10} rows  {info['tombstones']:>8} deleted keys"
                 + (f"  {held_back} rows held back (type conflict)" if held_back else "")
             )
         if decoded["quarantined"]:
-            lines.append(f"  quarantine: {s['quarantine_path']}")
-        if s.get("type_conflicts"):
-            lines.append(f"  rows held back by a type conflict: {s['type_conflicts_path']}")
-        lines.append(f"  manifest: {s['manifest_path']}")
+            lines.append(f"  quarantine: {s.quarantine_path}")
+        if s.type_conflicts:
+            lines.append(f"  rows held back by a type conflict: {s.type_conflicts_path}")
+        lines.append(f"  manifest: {s.manifest_path}")
     return "\n".join(lines)
 
 
@@ -75,15 +74,14 @@ def _partition_lines(partitions: dict[str, dict[str, dict]]) -> list[str]:
     return lines
 
 
-def render_reconciliation(results: list[dict]) -> str:
+def render_reconciliation(results: list[ReconciliationResult]) -> str:
     lines = []
     for r in results:
-        verdict = r.get("verdict", "skipped")
-        lines.append(f"reconciliation of {r['pipeline']}: {verdict.upper()}")
-        if verdict == "skipped":
-            lines.append(f"  {r.get('reason', '')}")
+        lines.append(f"reconciliation of {r.pipeline}: {r.verdict.upper()}")
+        if r.verdict == VERDICT_SKIPPED:
+            lines.append(f"  {r.reason or ''}")
             continue
-        for t in r.get("tables", []):
+        for t in r.tables:
             if t.get("verdict") == "baseline":
                 lines.append(
                     f"  {t['table_id']} epoch {t.get('epoch_no')}: baseline, {t.get('snapshot_rows')} snapshot rows "
@@ -96,11 +94,11 @@ def render_reconciliation(results: list[dict]) -> str:
                 if k in t
             )
             lines.append(f"  {t['table_id']} epoch {t.get('epoch_no')}: {t.get('verdict')} ({counts})")
-        if r.get("failed_expectations"):
-            lines.append("  failed expectations: " + "; ".join(r["failed_expectations"]))
-        for label, key in (("diff", "diff_path"), ("report", "report_path"), ("data docs", "data_docs_path")):
-            if r.get(key):
-                lines.append(f"  {label}: {r[key]}")
+        if r.failed_expectations:
+            lines.append("  failed expectations: " + "; ".join(r.failed_expectations))
+        for label, path in (("diff", r.diff_path), ("report", r.report_path), ("data docs", r.data_docs_path)):
+            if path:
+                lines.append(f"  {label}: {path}")
     return "\n".join(lines)
 
 
@@ -111,7 +109,7 @@ def render_run(spec_json: str) -> str:
     names = spec.pipelines or tuple(p.name for p in config.project.pipelines)
     summaries = [s for s in (load_summary(config, name, spec.run_id) for name in names) if s]
     parts = [render_replay(summaries)]
-    reconciliations = [s["reconciliation"] for s in summaries if s.get("reconciliation")]
+    reconciliations = [s.reconciliation for s in summaries if s.reconciliation]
     if reconciliations:
         parts.append(render_reconciliation(reconciliations))
     return "\n".join(parts)
@@ -137,17 +135,17 @@ def _markdown_cell(value) -> str:
 
 
 def render_reconciliation_report(
-    summary: dict, metrics: list[dict], sample: list[dict], suite: dict, sample_rows: int
+    result: ReconciliationResult, metrics: list[dict], sample: list[dict], suite: dict, sample_rows: int
 ) -> str:
     """The reconciliation's report.md: the verdict, counts per table and epoch, the first ``sample_rows`` keys that
     differ, the GX suite's result, and where the diff, metrics and Data Docs are."""
     lines = [
         "# Reconciliation report",
         "",
-        f"**Verdict: {summary['verdict'].upper()}**  ",
-        f"Generated {summary['generated_at']}.",
+        f"**Verdict: {result.verdict.upper()}**  ",
+        f"Generated {result.generated_at}.",
         "",
-        summary["headline"],
+        result.headline,
         "",
         "## Counts per table and snapshot epoch",
         "",
@@ -200,9 +198,9 @@ def render_reconciliation_report(
         "",
         "## Where things are",
         "",
-        f"- Diff table (Parquet, all statuses): `{summary['diff_path']}`",
-        f"- Metrics: `{summary['metrics_path']}`",
-        f"- Data Docs: `{summary['data_docs_path']}`",
+        f"- Diff table (Parquet, all statuses): `{result.diff_path}`",
+        f"- Metrics: `{result.metrics_path}`",
+        f"- Data Docs: `{result.data_docs_path}`",
         "",
     ]
     return "\n".join(lines)

@@ -151,14 +151,14 @@ def measure(spark, work: Path, fmt: str, events: int, reconcile: bool, source: A
         "format": fmt,
         "pipeline": source.pipeline,
         "row_events": events,
-        "records": summary["distinct_records"],
+        "records": summary.distinct_records,
         "seconds": elapsed,
-        "events_per_s": round(summary["distinct_records"] / elapsed),
-        "stages_s": summary["timings_s"],
-        "tables": {t: info["rows"] for t, info in summary["tables"].items()},
-        "table_paths": {t: info["path"] for t, info in summary["tables"].items()},
-        "table_versions": {t: info["delta_version"] for t, info in summary["tables"].items()},
-        "quarantined": summary["decoded"]["quarantined"],
+        "events_per_s": round(summary.distinct_records / elapsed),
+        "stages_s": summary.timings_s,
+        "tables": {t: info["rows"] for t, info in summary.tables.items()},
+        "table_paths": {t: info["path"] for t, info in summary.tables.items()},
+        "table_versions": {t: info["delta_version"] for t, info in summary.tables.items()},
+        "quarantined": summary.decoded["quarantined"],
         "peak_driver_jvm_mb": memory.peak_jvm_mb,
         "peak_python_rss_mb": memory.peak_python_rss_mb(),
     }
@@ -167,10 +167,10 @@ def measure(spark, work: Path, fmt: str, events: int, reconcile: bool, source: A
 
         began = time.monotonic()
         outcome = run_reconciliation(
-            spark, Path(summary["manifest_path"]).parent, summary["changelog_path"], summary.get("base_state")
+            spark, Path(summary.manifest_path).parent, summary.changelog_path, summary.base_state
         )
         result["reconcile_s"] = round(time.monotonic() - began, 2)
-        result["reconcile_verdict"] = outcome["verdict"]
+        result["reconcile_verdict"] = outcome.verdict
     result["ratio_to_spark_reference"] = round(result["events_per_s"] / SPARK_REFERENCE, 2)
     result["target_events_per_s"] = target_events_per_s(fmt)
     result["ratio_to_target"] = round(result["events_per_s"] / result["target_events_per_s"], 3)
@@ -266,24 +266,24 @@ def measure_incremental(
         elapsed = time.monotonic() - began
     differing = [
         table
-        for table, info in nightly["tables"].items()
+        for table, info in nightly.tables.items()
         if table not in full["table_paths"]
         or _differ(
             spark,
             (info["path"], info["delta_version"]),
             (full["table_paths"][table], full.get("table_versions", {}).get(table)),
         )
-    ] + [table for table in full["table_paths"] if table not in nightly["tables"]]
+    ] + [table for table in full["table_paths"] if table not in nightly.tables]
     return {
-        "state_records_before": history["distinct_records"],
+        "state_records_before": history.distinct_records,
         # the keys the nightly run merges into: live rows and the tombstones of deleted keys
-        "state_keys_before": sum(info["rows"] + info["tombstones"] for info in history["tables"].values()),
-        "nightly_records": nightly["distinct_records"],
+        "state_keys_before": sum(info["rows"] + info["tombstones"] for info in history.tables.values()),
+        "nightly_records": nightly.distinct_records,
         "nightly_s": round(elapsed, 2),
         "full_rebuild_s": full["seconds"],
         # from the two times as reported, so the ratio printed is the one a reader computes from them
         "speedup_vs_full": round(full["seconds"] / round(elapsed, 2), 2),
-        "nightly_stages_s": nightly["timings_s"],
+        "nightly_stages_s": nightly.timings_s,
         "peak_driver_jvm_mb": memory.peak_jvm_mb,
         "identical_to_full_rebuild": not differing,
         "differing_tables": differing,

@@ -107,7 +107,7 @@ def measure_reconcile(spark: SparkSession, work: Path, rows: int, period: int = 
     began = time.monotonic()
     outcome = run_reconciliation(spark, folder / "run", str(changelog_path), base_state)
     elapsed = time.monotonic() - began
-    [epoch] = [m for m in outcome["tables"] if m["table_id"] == TABLE_ID]
+    [epoch] = [m for m in outcome.tables if m["table_id"] == TABLE_ID]
     expected = expected_counts(rows, period)
     counted = {status: epoch[status] for status in expected}
     return {
@@ -116,9 +116,9 @@ def measure_reconcile(spark: SparkSession, work: Path, rows: int, period: int = 
         "inputs_s": round(prepared_s, 2),
         "seconds": round(elapsed, 2),
         "rows_per_s": round((epoch["snapshot_rows"] + rows) / elapsed),
-        "verdict": outcome["verdict"],
+        "verdict": outcome.verdict,
         "counts": counted,
         "counts_as_planted": counted == expected,
-        "report": outcome["report_path"],
-        "diff": outcome["diff_path"],
+        "report": outcome.report_path,
+        "diff": outcome.diff_path,
     }

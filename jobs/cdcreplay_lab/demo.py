@@ -150,12 +150,12 @@ def check_against_truth(config: LoadedConfig, expected: dict) -> bool:
 
         run_id = latest_run_id(PipelinePaths(config.warehouse, pipeline.name))
         summary = load_summary(config, pipeline.name, run_id) if run_id else None
-        reconciliation = (summary or {}).get("reconciliation") or {}
-        verdict = reconciliation.get("verdict", "missing")
+        reconciliation = summary.reconciliation if summary else None
+        verdict = reconciliation.verdict if reconciliation else "missing"
         drifted = want["drifted_rows"]
         want_verdict = "fail" if drifted else "pass"
         mismatches = {}
-        for table in reconciliation.get("tables", []):
+        for table in reconciliation.tables if reconciliation else []:
             if table.get("kind") == "reconciled":
                 mismatches[table["table_id"]] = mismatches.get(table["table_id"], 0) + table["mismatch"]
         found = {t: n for t, n in mismatches.items() if n}

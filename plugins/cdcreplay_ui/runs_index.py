@@ -32,6 +32,7 @@ from cdcreplay.contracts import (
     STATUS_MISSING_IN_INCREMENTAL,
     STATUS_MISSING_IN_SNAPSHOT,
     SUMMARY_FILE,
+    RunSummary,
 )
 from cdcreplay.storage import Location, unsupported_scheme
 
@@ -97,7 +98,7 @@ class RunInfo:
     data_docs_page: str | None = None
     epochs: tuple[dict, ...] = ()  # the reconciliation metrics per table and epoch
     failed_expectations: tuple[str, ...] = ()
-    summary: dict = field(default_factory=dict, repr=False, compare=False)
+    summary: RunSummary | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -291,22 +292,24 @@ def table_results(epochs: list[dict]) -> tuple[TableResult, ...]:
 
 def _run_info(fmt: str, folder: Location) -> RunInfo:
     summary_file = folder / SUMMARY_FILE
-    summary = _read_json(summary_file)
-    reconciliation = summary.get("reconciliation") or {}
-    decoded = summary.get("decoded") or {}
-    if summary.get("dry_run"):
+    # Where a summary lacks its names (a file cut short, an early release), the folders say them.
+    named = {"pipeline": folder.parent.parent.name, "format": fmt, "run_id": folder.name}
+    summary = RunSummary.from_json({**named, **_read_json(summary_file)})
+    reconciliation = summary.reconciliation
+    decoded = summary.decoded or {}
+    if summary.dry_run:
         verdict = "dry run"
-    elif reconciliation:
-        verdict = str(reconciliation.get("verdict") or "not reconciled")
+    elif reconciliation is not None:
+        verdict = str(reconciliation.verdict or "not reconciled")
     else:
         verdict = "not reconciled"
-    time = _parse_time(reconciliation.get("generated_at"))
+    time = _parse_time(reconciliation.generated_at if reconciliation else None)
     if time is None:
         time = datetime.fromtimestamp(summary_file.modified_at(), UTC)
-    headline = str(reconciliation.get("headline") or reconciliation.get("reason") or "")
+    headline = str((reconciliation.headline or reconciliation.reason or "") if reconciliation else "")
     # The headline names the diff's absolute path on the worker; the view links to it instead.
     headline = re.sub(r"\s*Diff: \S+$", "", headline)
-    epochs = tuple(reconciliation.get("tables") or ())
+    epochs = tuple(reconciliation.tables if reconciliation else ())
     files = frozenset(name for name, relative in RUN_FILES.items() if (folder / relative).exists())
     docs = folder / RECONCILE_DATA_DOCS
     validations = [r for _, r in (docs / "validations").files() if r.endswith(".html")] if "data_docs" in files else []
@@ -314,19 +317,19 @@ def _run_info(fmt: str, folder: Location) -> RunInfo:
     if data_docs_page is None and "data_docs" in files:
         data_docs_page = "index.html"
     return RunInfo(
-        pipeline=summary.get("pipeline") or folder.parent.parent.name,
-        format=summary.get("format") or fmt,
+        pipeline=summary.pipeline,
+        format=summary.format,
         run_id=folder.name,
         time=time,
         verdict=verdict,
         headline=headline,
-        records_read=int(summary.get("records_read") or 0),
+        records_read=int(summary.records_read or 0),
         quarantined=int(decoded.get("quarantined") or 0),
         quarantine_by_reason=dict(sorted((decoded.get("quarantine_by_reason") or {}).items())),
         tables=table_results(list(epochs)),
         files=files,
         data_docs_page=data_docs_page,
         epochs=epochs,
-        failed_expectations=tuple(reconciliation.get("failed_expectations") or ()),
+        failed_expectations=tuple(reconciliation.failed_expectations if reconciliation else ()),
         summary=summary,
     )

@@ -21,6 +21,7 @@ from cdcreplay.contracts import (
     STATUSES,
     VERDICT_FAIL,
     VERDICT_PASS,
+    ReconciliationResult,
 )
 from cdcreplay.reconcile.plans import has_snapshot_rows, plan_reconciliation, read_changelog, read_history
 from cdcreplay.report import render_reconciliation_report
@@ -41,11 +42,10 @@ def run_reconciliation(
     changelog_path: str | list[str],
     base_state: dict | None = None,
     expectations_dir: Path | None = None,
-) -> dict:
-    """Reconcile a run's changelog, write ``run_dir/reconcile/{diff/,metrics.json,report.md,data_docs/}``.
-
-    Returns ``{verdict, headline, tables, diff_path, metrics_path, report_path, data_docs_path,
-    failed_expectations, generated_at}``; ``verdict`` is ``fail`` when any epoch has mismatch/missing rows or the
+    pipeline: str | None = None,
+) -> ReconciliationResult:
+    """Reconcile a run's changelog (of ``pipeline``), write ``run_dir/reconcile/{diff/,metrics.json,report.md,
+    data_docs/}``; the result's ``verdict`` is ``fail`` when any epoch has mismatch/missing rows or the
     ``reconciliation_diff`` suite fails.
     """
     from cdcreplay import quality
@@ -100,19 +100,20 @@ def run_reconciliation(
             f"Reconciliation passed: {len(reconciled)} snapshot epoch(s) reconciled, "
             f"{sum(m['kind'] == 'baseline' for m in metrics)} baseline epoch(s) skipped."
         )
-    summary = {
-        "verdict": verdict,
-        "headline": f"{headline} Diff: {diff_path}",
-        "generated_at": datetime.now(UTC).isoformat(),
-        "tables": metrics,
-        "diff_path": str(diff_path),
-        "metrics_path": str(run_dir / RECONCILE_METRICS),
-        "report_path": str(run_dir / RECONCILE_REPORT),
-        "data_docs_path": str(data_docs / "index.html"),
-        "failed_expectations": suite["failed"],
-    }
-    write_json_atomically(run_dir / RECONCILE_METRICS, {**summary, "suite": suite})
-    (run_dir / RECONCILE_REPORT).write_text(
-        render_reconciliation_report(summary, metrics, sample, suite, REPORT_SAMPLE_ROWS)
+    result = ReconciliationResult(
+        verdict=verdict,
+        pipeline=pipeline,
+        headline=f"{headline} Diff: {diff_path}",
+        generated_at=datetime.now(UTC).isoformat(),
+        tables=metrics,
+        diff_path=str(diff_path),
+        metrics_path=str(run_dir / RECONCILE_METRICS),
+        report_path=str(run_dir / RECONCILE_REPORT),
+        data_docs_path=str(data_docs / "index.html"),
+        failed_expectations=suite["failed"],
     )
-    return summary
+    write_json_atomically(run_dir / RECONCILE_METRICS, {**result.to_json(), "suite": suite})
+    (run_dir / RECONCILE_REPORT).write_text(
+        render_reconciliation_report(result, metrics, sample, suite, REPORT_SAMPLE_ROWS)
+    )
+    return result
