@@ -7,8 +7,8 @@ from pathlib import Path
 
 from pyspark.sql import functions as F
 
-from cdcreplay.formats import native_json as N
 from cdcreplay.formats.common import DECODED_COLUMNS
+from cdcreplay.formats.wire import native_json as N
 
 RECORD_DDL = (
     "topic string, partition int, offset bigint, timestamp timestamp, key binary, value binary, "

@@ -9,8 +9,14 @@ import json
 import pytest
 
 from cdcreplay.formats.debezium_json import decode_record
-from cdcreplay.formats.debezium_values import Field, as_text, canonical_value, debezium_field_type, decimal_from_base64
 from cdcreplay.formats.python_rows import RawRecord, safe_decode
+from cdcreplay.formats.values.debezium_values import (
+    Field,
+    as_text,
+    canonical_value,
+    debezium_field_type,
+    decimal_from_base64,
+)
 
 
 def b64(unscaled: int) -> str:

@@ -18,10 +18,10 @@ from pyspark.sql import functions as F
 
 from cdcreplay.compaction import latest_rows
 from cdcreplay.config import ConfigError
-from cdcreplay.formats.avro_wire import load_schema
 from cdcreplay.formats.dts_avro import DtsReader, key_columns_of, split_object_name
-from cdcreplay.formats.dts_avro_values import ABSENT, convert
 from cdcreplay.formats.python_rows import DecodeError
+from cdcreplay.formats.values.dts_avro_values import ABSENT, convert
+from cdcreplay.formats.wire.avro_wire import load_schema
 
 pytestmark = pytest.mark.timeout(600)
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

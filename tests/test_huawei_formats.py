@@ -26,10 +26,10 @@ from cdcreplay.compaction import latest_rows
 from cdcreplay.config import ConfigError, PipelineConfig
 from cdcreplay.entrypoints import EXIT_OK, replay_main
 from cdcreplay.formats import dataworks_json, decoder, drs_json, dts_shareplex_json
-from cdcreplay.formats.avro_wire import fingerprint
 from cdcreplay.formats.drs_avro import split_table_name
 from cdcreplay.formats.python_rows import DecodeError, RawRecord, safe_decode
-from cdcreplay.formats.spark_json import json_document, text
+from cdcreplay.formats.wire.avro_wire import fingerprint
+from cdcreplay.formats.wire.from_json_in_python import json_document, text
 from cdcreplay.warehouse import read_table
 from cdcreplay_lab.simulator import simulate, write_archive
 from cdcreplay_lab.simulator.encode_drs_avro import DRS_RECORD_SCHEMA

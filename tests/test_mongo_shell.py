@@ -7,9 +7,8 @@ from decimal import Decimal
 
 import pytest
 
-from cdcreplay.formats.mongo_shell import ShellSyntaxError, parse
-from cdcreplay.formats.mongo_update import UpdateError, apply_update
-from cdcreplay.formats.mongo_values import (
+from cdcreplay.formats.envelopes.mongo_update import UpdateError, apply_update
+from cdcreplay.formats.values.mongo_values import (
     MAX_KEY,
     MIN_KEY,
     UNDEFINED,
@@ -23,6 +22,7 @@ from cdcreplay.formats.mongo_values import (
     key_text,
     loads,
 )
+from cdcreplay.formats.wire.mongo_shell import ShellSyntaxError, parse
 
 
 def test_the_vendor_samples_parse():

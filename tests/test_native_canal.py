@@ -21,8 +21,8 @@ from pyspark.sql import functions as F
 
 from cdcreplay.config import PipelineConfig
 from cdcreplay.formats import canal_json, canal_native
-from cdcreplay.formats import native_json as N
 from cdcreplay.formats.common import DECODED_COLUMNS
+from cdcreplay.formats.wire import native_json as N
 from cdcreplay_lab.simulator import simulate
 from cdcreplay_lab.simulator.encoders import encode
 

@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 
 from cdcreplay.config import PipelineConfig
 from cdcreplay.formats import canal_json, debezium_avro, debezium_json, debezium_native
-from cdcreplay.formats import native_json as N
+from cdcreplay.formats.wire import native_json as N
 from cdcreplay_lab.simulator import simulate
 from cdcreplay_lab.simulator.encoders import encode
 

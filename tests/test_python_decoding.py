@@ -21,8 +21,8 @@ from pyspark import cloudpickle
 from cdcreplay import schema as S
 from cdcreplay.archive import read_archive
 from cdcreplay.config import PipelineConfig
-from cdcreplay.formats.avro_wire import AvroWire, fingerprint, load_schema
 from cdcreplay.formats.python_rows import DecodeError, change, decode_with_python, position
+from cdcreplay.formats.wire.avro_wire import AvroWire, fingerprint, load_schema
 
 pytestmark = pytest.mark.timeout(300)
 # The toy decoder below runs in Spark's Python workers, which cannot import this test module: ship it by value.

@@ -22,9 +22,9 @@ from cdcreplay import archive
 from cdcreplay.compaction import latest_rows
 from cdcreplay.config import PipelineConfig
 from cdcreplay.formats import decoder
+from cdcreplay.formats.envelopes.qlik_envelope import mask_bits, qlik_type_to_spark
 from cdcreplay.formats.python_rows import DecodeError
 from cdcreplay.formats.qlik_avro import ENVELOPE_SCHEMA
-from cdcreplay.formats.qlik_envelope import mask_bits, qlik_type_to_spark
 from cdcreplay_lab.simulator import simulate
 from cdcreplay_lab.simulator.encode_qlik import METADATA_SCHEMA, QlikEncoder, encode_qlik_json
 

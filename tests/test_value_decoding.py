@@ -6,7 +6,7 @@ import base64
 
 import pytest
 
-from cdcreplay.formats.debezium_values import canonical_value, decimal_from_base64
+from cdcreplay.formats.values.debezium_values import canonical_value, decimal_from_base64
 from cdcreplay.value_types import mysql_type_name_to_spark
 
 

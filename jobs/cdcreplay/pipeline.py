@@ -18,7 +18,7 @@ from cdcreplay.config import ConfigError, LoadedConfig, PipelineConfig
 from cdcreplay.contracts import DECODED_FOLDER, MANIFEST_FILE, SUMMARY_FILE, TYPE_CONFLICTS_FOLDER, RunSummary
 from cdcreplay.formats import REGISTRY, decoder_module
 from cdcreplay.formats.common import DECODED_DDL, KIND_CHANGE, KIND_QUARANTINE
-from cdcreplay.formats.native_json import write_decoded
+from cdcreplay.formats.wire.native_json import write_decoded
 from cdcreplay.publishing import QualityGateError
 from cdcreplay.run_spec import RunSpec
 from cdcreplay.schema import CHANGELOG_COLUMNS

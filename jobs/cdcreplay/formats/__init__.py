@@ -4,6 +4,15 @@ Every decoder module has ``decode(records: DataFrame, pipeline: PipelineConfig) 
 ``formats.common.DECODED_DDL`` columns; ``record_kind`` routes each row to the changelog, control log or quarantine.
 A new format is one module plus one entry in ``REGISTRY``. No pyspark import here: the config validation (and the
 Airflow task that runs it) reads this registry without starting Spark.
+
+The package, by role:
+- here: one module per vendor format (the registered ones, their ``*_native`` paths through Spark's own readers, and
+  ``drs_json``, which the three DRS JSON variants share), and what every decoder shares: ``common`` (the entry and
+  decoded-row shapes), ``python_rows`` (decoding record by record in Python), ``routing`` (an entry to its row);
+- ``wire/``: bytes and text into structures (Avro framings and schemas, JSON, MongoDB shell syntax, the native JSON
+  reader's plumbing);
+- ``values/``: a vendor's typed values into canonical text and Spark types;
+- ``envelopes/``: message semantics several wires or decoders of one vendor share.
 """
 
 from __future__ import annotations

@@ -29,15 +29,14 @@ from pyspark.sql import DataFrame
 
 from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
-from cdcreplay.formats.canal_layout import (
+from cdcreplay.formats.envelopes.canal_layout import (
     DDL_TYPES,
     LAYOUT_LEGACY,
     LAYOUT_UNDECLARED,
     ROW_TYPES,
     layout_of,
 )
-from cdcreplay.formats.canal_layout import FORMAT_ID as FORMAT_ID
-from cdcreplay.formats.native_json import decode_by_reader, reader_chooses_native, sample_rate
+from cdcreplay.formats.envelopes.canal_layout import FORMAT_ID as FORMAT_ID
 from cdcreplay.formats.python_rows import (
     DecodeError,
     RawRecord,
@@ -49,6 +48,7 @@ from cdcreplay.formats.python_rows import (
     truncate,
 )
 from cdcreplay.formats.routing import table_id_of
+from cdcreplay.formats.wire.native_json import decode_by_reader, reader_chooses_native, sample_rate
 from cdcreplay.value_types import mysql_type_name_to_spark
 
 LEGACY_DELETE_NOTE = (

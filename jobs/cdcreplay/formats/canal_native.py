@@ -37,9 +37,9 @@ from pyspark.sql.types import ArrayType, StringType, StructField, StructType
 
 from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
-from cdcreplay.formats import native_json as N
-from cdcreplay.formats.canal_layout import FORMAT_ID, LAYOUT_LEGACY, ROW_TYPES, layout_of
+from cdcreplay.formats.envelopes.canal_layout import FORMAT_ID, LAYOUT_LEGACY, ROW_TYPES, layout_of
 from cdcreplay.formats.routing import KIND_CHANGE, table_id_of
+from cdcreplay.formats.wire import native_json as N
 from cdcreplay.value_types import mysql_type_name_to_spark
 
 # At most this many tables get a native plan (the most frequent in the sample); records of others go to Python.

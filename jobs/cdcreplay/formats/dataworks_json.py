@@ -1,5 +1,6 @@
 """Alibaba DataWorks "Kafka message format" (docs/format-spec.md section b). Decoded in Python (``python_rows``): one
-JSON parse per message, read as Spark's from_json read it (``spark_json``); the update pairs are found in Spark.
+JSON parse per message, read as Spark's from_json read it (``from_json_in_python``); the update pairs are found in
+Spark.
 
 A message is ``{schema: {dataColumn: [{name, type}], primaryKey, source: {dbName, schemaName, tableName}},
 payload: {before: {dataColumn: {...}}, after: {dataColumn: {...}}, sequenceId, op, timestamp: {eventTime, ...},
@@ -48,7 +49,6 @@ from pyspark.sql import functions as F
 from cdcreplay import schema as S
 from cdcreplay.config import ConfigError, PipelineConfig
 from cdcreplay.formats.common import COORDINATES
-from cdcreplay.formats.configured_types import lossy_columns
 from cdcreplay.formats.python_rows import (
     RECORD_COLUMNS,
     DecodeError,
@@ -63,8 +63,9 @@ from cdcreplay.formats.routing import (
     Routing,
     table_id_of,
 )
-from cdcreplay.formats.spark_casts import timestamp_of_millis, try_decimal, try_integer, zone_of
-from cdcreplay.formats.spark_json import (
+from cdcreplay.formats.values.configured_types import lossy_columns
+from cdcreplay.formats.values.text_casts import timestamp_of_millis, try_decimal, try_integer, zone_of
+from cdcreplay.formats.wire.from_json_in_python import (
     Mismatch,
     bigint,
     json_document,

@@ -26,12 +26,12 @@ from pyspark.sql import DataFrame
 from cdcreplay import jars
 from cdcreplay import schema as S
 from cdcreplay.config import ConfigError, PipelineConfig
-from cdcreplay.formats.avro_connect import ConnectRenderer
-from cdcreplay.formats.avro_wire import AvroWire
 from cdcreplay.formats.debezium_avro_native import avro_functions_loaded, native_rows, plans_for
-from cdcreplay.formats.debezium_events import SchemaInfo, event_entries, schema_info
-from cdcreplay.formats.native_json import decode_by_reader, reader_chooses_native, sample_rate
+from cdcreplay.formats.envelopes.debezium_events import SchemaInfo, event_entries, schema_info
 from cdcreplay.formats.python_rows import DecodeError, RawRecord, decode_with_python
+from cdcreplay.formats.values.avro_connect import ConnectRenderer
+from cdcreplay.formats.wire.avro_wire import AvroWire
+from cdcreplay.formats.wire.native_json import decode_by_reader, reader_chooses_native, sample_rate
 
 log = logging.getLogger(__name__)
 

@@ -32,9 +32,6 @@ from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 
 from cdcreplay.config import PipelineConfig
-from cdcreplay.formats import native_json as N
-from cdcreplay.formats.avro_connect import ConnectRenderer
-from cdcreplay.formats.debezium_events import UNAVAILABLE_FORMS
 from cdcreplay.formats.debezium_native import (
     CHECKS,
     MAX_KEY_COLUMNS,
@@ -51,7 +48,17 @@ from cdcreplay.formats.debezium_native import (
     schema_plan,
     timestamp_of_micros,
 )
-from cdcreplay.formats.debezium_values import DATE_NAMES, DECIMAL, MAX_MICROS, MILLI_TIMESTAMPS, MIN_MICROS, Field
+from cdcreplay.formats.envelopes.debezium_events import UNAVAILABLE_FORMS
+from cdcreplay.formats.values.avro_connect import ConnectRenderer
+from cdcreplay.formats.values.debezium_values import (
+    DATE_NAMES,
+    DECIMAL,
+    MAX_MICROS,
+    MILLI_TIMESTAMPS,
+    MIN_MICROS,
+    Field,
+)
+from cdcreplay.formats.wire import native_json as N
 
 log = logging.getLogger(__name__)
 

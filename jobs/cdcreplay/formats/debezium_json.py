@@ -21,11 +21,11 @@ from pyspark.sql import DataFrame
 
 from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
-from cdcreplay.formats.debezium_events import SchemaInfo, event_entries, schema_info
 from cdcreplay.formats.debezium_native import FORMAT_ID as FORMAT_ID
 from cdcreplay.formats.debezium_native import native_rows, schema_plans
-from cdcreplay.formats.native_json import decode_by_reader, reader_chooses_native, sample_rate
+from cdcreplay.formats.envelopes.debezium_events import SchemaInfo, event_entries, schema_info
 from cdcreplay.formats.python_rows import DecodeError, RawRecord, decode_with_python
+from cdcreplay.formats.wire.native_json import decode_by_reader, reader_chooses_native, sample_rate
 
 MAX_CACHED_SCHEMAS = 1024
 # (start of a wrapped value, separator before the payload): JsonConverter's compact text, and json.dumps' default.

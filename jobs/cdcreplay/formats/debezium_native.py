@@ -32,8 +32,7 @@ from pyspark.sql import functions as F
 
 from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
-from cdcreplay.formats import native_json as N
-from cdcreplay.formats.debezium_events import (
+from cdcreplay.formats.envelopes.debezium_events import (
     HEADER_NEW_KEY,
     HEADER_OLD_KEY,
     OPS,
@@ -41,7 +40,8 @@ from cdcreplay.formats.debezium_events import (
     UNAVAILABLE_FORMS,
     image_fields,
 )
-from cdcreplay.formats.debezium_values import (
+from cdcreplay.formats.routing import KIND_CHANGE
+from cdcreplay.formats.values.debezium_values import (
     DATE_NAMES,
     DECIMAL,
     MAX_DAYS,
@@ -53,7 +53,7 @@ from cdcreplay.formats.debezium_values import (
     converter,
     debezium_field_type,
 )
-from cdcreplay.formats.routing import KIND_CHANGE
+from cdcreplay.formats.wire import native_json as N
 
 FORMAT_ID = "debezium-json"
 WRAPPED_START, PAYLOAD_SEPARATOR = '{"schema":', ',"payload":'  # JsonConverter's compact layout

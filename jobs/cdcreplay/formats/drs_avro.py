@@ -8,7 +8,7 @@ the writer schema comes from the pipeline config (option ``writer_schema``, an `
 ``value``). This decoder reads exactly those names from whatever record the schema decodes to, and tolerates other
 fields.
 
-Wire: values are recognised by their first bytes (:class:`cdcreplay.formats.avro_wire.AvroWire`): ``C3 01`` + the
+Wire: values are recognised by their first bytes (:class:`cdcreplay.formats.wire.avro_wire.AvroWire`): ``C3 01`` + the
 writer schema's fingerprint is single-object encoding (what the third-party job's ``Record.getDecoder()`` reads),
 ``00`` + a schema id is Confluent framing (option ``framing: confluent``, or a ``registry_dir`` of ``<id>.avsc``),
 anything else raw Avro. With ``framing: confluent`` and no ``registry_dir`` every value decodes with ``writer_schema``.
@@ -38,7 +38,6 @@ from pyspark.sql import DataFrame
 
 from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
-from cdcreplay.formats.avro_wire import AvroWire, check_writer_schema
 from cdcreplay.formats.python_rows import (
     DecodeError,
     RawRecord,
@@ -47,6 +46,7 @@ from cdcreplay.formats.python_rows import (
     decode_with_python,
     position,
 )
+from cdcreplay.formats.wire.avro_wire import AvroWire, check_writer_schema
 
 FORMAT_ID = "drs-avro"
 ROW_OPERATIONS = {"INSERT": S.OP_INSERT, "INIT": S.OP_SNAPSHOT, "UPDATE": S.OP_UPDATE, "DELETE": S.OP_DELETE}

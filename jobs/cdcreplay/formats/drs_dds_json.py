@@ -2,7 +2,7 @@
 
 A message: ``{id, op: INSERT|UPDATE|DELETE|DDL, dbType, db, coll, value, where, recordType, extra, es, ts,
 clusterTime "secs:inc"}`` whose ``value``/``where`` are Mongo shell syntax (parsed by
-:mod:`cdcreplay.formats.mongo_shell`). Per ``_id``, in the order ``id``, then ``clusterTime``:
+:mod:`cdcreplay.formats.wire.mongo_shell`). Per ``_id``, in the order ``id``, then ``clusterTime``:
 
   INSERT  (recordType insert)   ``value`` is the whole document               -> insert
   UPDATE  (recordType replace)  ``value`` the whole new document, key from ``where._id`` -> update, that document
@@ -22,7 +22,7 @@ known. (An event older than the published row of its key -- a rerun of an interv
 to the published document; it never wins compaction, the published row being later.)
 
 Document -> latest-state columns (one row per ``_id``):
-  ``_document``   the whole document as relaxed Extended JSON v2 text (:mod:`cdcreplay.formats.mongo_values`);
+  ``_document``   the whole document as relaxed Extended JSON v2 text (:mod:`cdcreplay.formats.values.mongo_values`);
                   lossless, so the next run folds from it
   every top-level field, typed by its BSON value:
     string -> string      boolean -> boolean      int32, int64 -> bigint      double -> double (NaN/Infinity kept)
@@ -33,8 +33,8 @@ Document -> latest-state columns (one row per ``_id``):
   The table's column type is the latest declaration (tables.py): when one field holds values of different BSON types
   across documents (5 in one, "x" in another), publishing stops with a type conflict naming the column: declare
   ``tables.<db.coll>.column_types: {field: string}`` and the column holds each value's text as above.
-  The key is ``_id`` by value identity (:func:`cdcreplay.formats.mongo_values.key_text`: NumberLong(5) and 5 are one
-  ``_id``, the string "5" another); ``tables.<t>.primary_key`` does not apply to DDS collections.
+  The key is ``_id`` by value identity (:func:`cdcreplay.formats.values.mongo_values.key_text`: NumberLong(5) and 5
+  are one ``_id``, the string "5" another); ``tables.<t>.primary_key`` does not apply to DDS collections.
   DDS has no full-sync marker: every document is an insert (no snapshot epochs to reconcile).
 """
 
@@ -53,19 +53,7 @@ from pyspark.sql import functions as F
 from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
 from cdcreplay.formats.common import ENTRY_DDL, KIND_CHANGE, finish
-from cdcreplay.formats.json_payload import json_object
-from cdcreplay.formats.mongo_shell import ShellSyntaxError, parse
-from cdcreplay.formats.mongo_update import UpdateError, apply_update, check_update
-from cdcreplay.formats.mongo_values import (
-    Binary,
-    Decimal128,
-    MongoDate,
-    MongoValueError,
-    ObjectId,
-    dumps,
-    key_text,
-    loads,
-)
+from cdcreplay.formats.envelopes.mongo_update import UpdateError, apply_update, check_update
 from cdcreplay.formats.python_rows import (
     RECORD_COLUMNS,
     DecodeError,
@@ -76,6 +64,18 @@ from cdcreplay.formats.python_rows import (
     quarantine_entry,
     safe_decode,
 )
+from cdcreplay.formats.values.mongo_values import (
+    Binary,
+    Decimal128,
+    MongoDate,
+    MongoValueError,
+    ObjectId,
+    dumps,
+    key_text,
+    loads,
+)
+from cdcreplay.formats.wire.json_payload import json_object
+from cdcreplay.formats.wire.mongo_shell import ShellSyntaxError, parse
 
 FORMAT_ID = "drs-dds-json"
 DOCUMENT_COLUMN = "_document"

@@ -43,9 +43,9 @@ MySQL type names map with :func:`cdcreplay.value_types.mysql_type_name_to_spark`
 Decoded in Python (``python_rows``): one JSON parse per message, no per-value Spark lambdas. The results are the
 ones the earlier Spark-expression decoder gave, so the parse and the value conversions follow Spark's rules where
 they matter: the message is read as Spark's ``from_json`` read it, by the reader Shareplex and DataWorks share
-(``spark_json``: a non-string value of a text field is its compact JSON text, numbers as Java prints them; text after
-the object ignored; numbers over 1000 digits and nesting over 1000 levels unreadable; a field of the wrong type makes
-the message unreadable), and timestamp text is parsed as Spark's ``CAST(text AS timestamp)`` parses it. Two
+(``from_json_in_python``: a non-string value of a text field is its compact JSON text, numbers as Java prints them;
+text after the object ignored; numbers over 1000 digits and nesting over 1000 levels unreadable; a field of the wrong
+type makes the message unreadable), and timestamp text is parsed as Spark's ``CAST(text AS timestamp)`` parses it. Two
 departures from Spark, as for every JSON format: single-quoted strings are not JSON (``not_json``), and a lone UTF-16
 surrogate escape is not turned into "?": a record whose decoded row would hold one is quarantined ``not_utf8``.
 """
@@ -64,7 +64,7 @@ from pyspark.sql import DataFrame
 
 from cdcreplay import schema as S
 from cdcreplay.config import ConfigError, PipelineConfig
-from cdcreplay.formats.canal_layout import DDL_TYPES, ROW_TYPES
+from cdcreplay.formats.envelopes.canal_layout import DDL_TYPES, ROW_TYPES
 from cdcreplay.formats.python_rows import (
     RawRecord,
     change,
@@ -73,7 +73,7 @@ from cdcreplay.formats.python_rows import (
     truncate,
 )
 from cdcreplay.formats.routing import KIND_QUARANTINE, Routing, table_id_of
-from cdcreplay.formats.spark_casts import (
+from cdcreplay.formats.values.text_casts import (
     INT64,
     SPARK_BLANKS,
     spark_timestamp_micros,
@@ -82,7 +82,7 @@ from cdcreplay.formats.spark_casts import (
     try_integer,
     wall_clock_to_utc,
 )
-from cdcreplay.formats.spark_json import (
+from cdcreplay.formats.wire.from_json_in_python import (
     Mismatch,
     bigint,
     boolean,

@@ -39,8 +39,6 @@ from pyspark.sql import DataFrame
 
 from cdcreplay import schema as S
 from cdcreplay.config import ConfigError, PipelineConfig
-from cdcreplay.formats.avro_wire import AvroWire, check_writer_schema
-from cdcreplay.formats.dts_avro_values import ABSENT, convert
 from cdcreplay.formats.python_rows import (
     DecodeError,
     RawRecord,
@@ -50,6 +48,8 @@ from cdcreplay.formats.python_rows import (
     position,
     quarantine_entry,
 )
+from cdcreplay.formats.values.dts_avro_values import ABSENT, convert
+from cdcreplay.formats.wire.avro_wire import AvroWire, check_writer_schema
 
 FORMAT_ID = "dts-avro"
 CONTROL_STREAM = "stream"  # DTS-internal records: CHECKPOINT, COMMAND, FILL, FINISH, CONTROL, RDB, NOOP

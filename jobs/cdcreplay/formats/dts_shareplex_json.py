@@ -1,5 +1,5 @@
 """Alibaba DTS "Shareplex Json" (docs/format-spec.md section a2). Decoded in Python (``python_rows``):
-one JSON parse per message, read as Spark's from_json read it (``spark_json``).
+one JSON parse per message, read as Spark's from_json read it (``from_json_in_python``).
 
 A message is ``{meta: {time, userid, op, scn, rowid, trans, seq, size, table, idx, posttime}, data, key}``:
   ins / INSERT              `data` is the new row.
@@ -37,7 +37,6 @@ from pyspark.sql import DataFrame
 
 from cdcreplay import schema as S
 from cdcreplay.config import ConfigError, PipelineConfig
-from cdcreplay.formats.configured_types import lossy_columns
 from cdcreplay.formats.python_rows import (
     RawRecord,
     change,
@@ -46,8 +45,17 @@ from cdcreplay.formats.python_rows import (
     truncate,
 )
 from cdcreplay.formats.routing import KIND_QUARANTINE, table_id_of
-from cdcreplay.formats.spark_casts import try_decimal, try_timestamp
-from cdcreplay.formats.spark_json import Mismatch, json_document, json_string, not_json, struct, text_map, texts_of
+from cdcreplay.formats.values.configured_types import lossy_columns
+from cdcreplay.formats.values.text_casts import try_decimal, try_timestamp
+from cdcreplay.formats.wire.from_json_in_python import (
+    Mismatch,
+    json_document,
+    json_string,
+    not_json,
+    struct,
+    text_map,
+    texts_of,
+)
 
 FORMAT_ID = "dts-shareplex-json"
 

@@ -26,8 +26,7 @@ from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
 from cdcreplay.formats.debezium_avro import ConfluentSchemas, schemas_for
 from cdcreplay.formats.debezium_avro import check_config as check_config  # the same registry options
-from cdcreplay.formats.python_rows import DecodeError, RawRecord
-from cdcreplay.formats.qlik_envelope import (
+from cdcreplay.formats.envelopes.qlik_envelope import (
     DATA_NAMESPACE,
     ENVELOPE_MAGIC,
     DataMessage,
@@ -39,6 +38,7 @@ from cdcreplay.formats.qlik_envelope import (
     metadata_control,
     metadata_from_message,
 )
+from cdcreplay.formats.python_rows import DecodeError, RawRecord
 
 FORMAT_ID = "qlik-avro"
 # Transcribed from Qlik's documentation page "The Replicate envelope" (tests/data/conformance/qlik-replicate).

@@ -12,9 +12,7 @@ from pyspark.sql import Column, DataFrame
 
 from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
-from cdcreplay.formats.json_payload import json_object
-from cdcreplay.formats.python_rows import DecodeError, RawRecord
-from cdcreplay.formats.qlik_envelope import (
+from cdcreplay.formats.envelopes.qlik_envelope import (
     ENVELOPE_MAGIC,
     DataMessage,
     MetadataIndex,
@@ -26,6 +24,8 @@ from cdcreplay.formats.qlik_envelope import (
     metadata_control,
     metadata_from_message,
 )
+from cdcreplay.formats.python_rows import DecodeError, RawRecord
+from cdcreplay.formats.wire.json_payload import json_object
 
 FORMAT_ID = "qlik-json"
 

@@ -79,7 +79,7 @@ def write_schema(out_dir: Path) -> Path:
 
 def single_object(parsed_schema, record: dict) -> bytes:
     """Avro single-object encoding: C3 01, the 8-byte CRC-64-AVRO fingerprint, the binary record."""
-    from cdcreplay.formats.avro_wire import SINGLE_OBJECT_MAGIC, fingerprint
+    from cdcreplay.formats.wire.avro_wire import SINGLE_OBJECT_MAGIC, fingerprint
 
     body = io.BytesIO()
     fastavro.schemaless_writer(body, parsed_schema, record)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 
-from cdcreplay.formats.debezium_values import INT64_MAX, INT64_MIN, as_long, as_text, compact, timestamp_text
+from cdcreplay.formats.values.debezium_values import INT64_MAX, INT64_MIN, as_long, as_text, compact, timestamp_text
 
 EPOCH_UTC = datetime(1970, 1, 1, tzinfo=UTC)
 

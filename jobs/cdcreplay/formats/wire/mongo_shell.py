@@ -16,7 +16,7 @@ Constructors: ObjectId(hex), ISODate(iso) / new Date(iso | millis), NumberInt(n 
 NumberDecimal("d"), BinData(subtype, "base64"), HexData(subtype, "hex"), UUID("hex"), Timestamp(t, i), MinKey(),
 MaxKey(), DBRef("coll", id[, "db"]) (as the document ``{$ref, $id[, $db]}``), RegExp("pattern"[, "flags"]).
 Anything else -- an unknown name, ``ISODate()`` without an argument (the current time), a function, an expression --
-raises :class:`ShellSyntaxError` naming what and where. Values come out as :mod:`cdcreplay.formats.mongo_values`.
+raises :class:`ShellSyntaxError` naming what and where. Values come out as :mod:`cdcreplay.formats.values.mongo_values`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import binascii
 import math
 from dataclasses import dataclass
 
-from cdcreplay.formats.mongo_values import (
+from cdcreplay.formats.values.mongo_values import (
     MAX_KEY,
     MIN_KEY,
     UNDEFINED,

@@ -35,8 +35,9 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from cdcreplay import schema as S
-from cdcreplay.formats import debezium_mongo as mongo
-from cdcreplay.formats.debezium_values import (
+from cdcreplay.formats.python_rows import DecodeError, RawRecord, change, control_entry
+from cdcreplay.formats.values import debezium_mongo as mongo
+from cdcreplay.formats.values.debezium_values import (
     MAX_MICROS,
     MIN_MICROS,
     Converter,
@@ -48,7 +49,6 @@ from cdcreplay.formats.debezium_values import (
     converter,
     debezium_field_type,
 )
-from cdcreplay.formats.python_rows import DecodeError, RawRecord, change, control_entry
 
 # source.snapshot values that mark a row read by a snapshot (string in 1.x+, boolean in old versions).
 SNAPSHOT_MARKERS = frozenset(

@@ -1,6 +1,6 @@
 """BSON values as Python objects, and MongoDB Extended JSON v2 (relaxed mode) to write them as text and read them back.
 
-Python model (what :mod:`cdcreplay.formats.mongo_shell` parses into):
+Python model (what :mod:`cdcreplay.formats.wire.mongo_shell` parses into):
   document -> dict (field order kept)     array -> list          string -> str      boolean -> bool   null -> None
   int32 / int64 -> int (range-checked)    double -> float        decimal128 -> Decimal128
   ObjectId -> ObjectId    date -> MongoDate (epoch milliseconds, any year)    binary -> Binary(subtype, bytes)

@@ -9,7 +9,7 @@ A configured type is applied with CAST, which rounds a decimal with more fractio
 time of day from a date: ``lossy_columns`` names the values a cast would change, so a decoder quarantines them instead
 of letting the cast alter a value silently.
 
-The messages' fields are read with ``spark_json`` and cast with ``spark_casts``, as the Spark expressions these
+The messages' fields are read with ``from_json_in_python`` and cast with ``text_casts``, as the Spark expressions these
 decoders were first did.
 """
 
