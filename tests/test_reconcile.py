@@ -24,7 +24,7 @@ GREEDY = "shop.public.greedy"
 TYPES = {"id": "int", "name": "string", "amount": "decimal(10,2)"}
 
 
-def ev(pos, op, key=None, *, table=ORDERS, offset=None, types=None, **cols):
+def ev(pos, op, key=None, *, table=ORDERS, offset=None, partition=0, types=None, **cols):
     """One changelog row. ``pos``: int or tuple (the source position); ``cols``: after image besides ``id``."""
     position = [Decimal(p) for p in (pos if isinstance(pos, tuple) else (pos,))]
     after = None
@@ -44,7 +44,7 @@ def ev(pos, op, key=None, *, table=ORDERS, offset=None, types=None, **cols):
         "position": position,
         "event_time": None,
         "topic": f"cdc.{table}",
-        "partition": 0,
+        "partition": partition,
         "offset": offset if offset is not None else int(position[-1]),
         "row_index": 0,
         "format": "test",
@@ -284,6 +284,30 @@ def test_epochs_split_greedily_on_repeated_keys(result):
         if m["table_id"] == GREEDY
     ]
     assert got == [(1, 2, 1, 2), (2, 3, 3, 5), (3, 2, 6, 7)]
+
+
+def test_a_snapshot_run_stamped_with_one_position_is_one_epoch_across_partitions(spark):
+    """A connector stamps every row of a snapshot run with the run's start position, and the rows of one table are
+    spread over partitions by key, whose offsets do not compare. Key 3, inserted between the runs, sits in partition
+    0; the keys the resync re-reads sit in partition 1. Ordered by partition, its read came before the re-read that
+    opens the resync's epoch, and it was counted in the initial load (and missing from the resync)."""
+    spread = "shop.spread"
+    rows = [
+        ev((1, 5), SNAP, 1, table=spread, partition=1, offset=0, name="a", amount="1.00"),
+        ev((1, 5), SNAP, 2, table=spread, partition=1, offset=1, name="b", amount="2.00"),
+        ev((2, 9), INS, 3, table=spread, partition=0, offset=0, name="c", amount="3.00"),
+        ev((3, 1), SNAP, 1, table=spread, partition=1, offset=2, name="a", amount="1.00"),
+        ev((3, 1), SNAP, 2, table=spread, partition=1, offset=3, name="b", amount="2.00"),
+        ev((3, 1), SNAP, 3, table=spread, partition=0, offset=1, name="c", amount="3.00"),
+    ]
+    out = reconcile(changelog(spark, rows))
+    try:
+        epochs = sorted((m["epoch_no"], m["kind"], m["snapshot_rows"]) for m in out.metrics if m["table_id"] == spread)
+        statuses = {(r.key, r.epoch_no, r.status) for r in out.diff.collect()}
+    finally:
+        out.release()
+    assert epochs == [(1, "baseline", 2), (2, "reconciled", 3)]
+    assert statuses == {(json.dumps([str(key)]), 2, "match") for key in (1, 2, 3)}
 
 
 def test_run_reconciliation_with_base_state(spark, tmp_path):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from cdcreplay import schema
@@ -37,18 +37,35 @@ def tag_epochs(events: DataFrame) -> DataFrame:
     return tagged.unionByName(_split_epochs(once))
 
 
+def _read_unit() -> Column:
+    """What orders snapshot rows for the epoch split: their source position, rows of one position being one unit.
+
+    A connector stamps every row of one snapshot run with the position the run started at (Debezium: the binlog
+    file and offset, the LSN), so within a run the position orders nothing, and across a topic's partitions neither
+    do the Kafka coordinates (offsets of two partitions are not comparable). Splitting such a run by partition and
+    offset put rows of a resync before the row that opened its epoch, into the epoch before it. The rows of one
+    position are therefore one unit, which an epoch boundary never cuts; rows without a position are ordered by
+    their Kafka coordinates, the only order they have.
+    """
+    positioned = F.coalesce(F.size("position") > 0, F.lit(False))
+    return F.struct(
+        F.col("position"), *[F.when(~positioned, F.col(name)) for name in ORDER_FIELDS if name != "position"]
+    )
+
+
 def _split_epochs(snapshot_rows: DataFrame) -> DataFrame:
     """Snapshot rows of tables that re-read keys, with ``_epoch_no``: one small aggregation per epoch boundary
     (epochs are few); no row is collected to the driver."""
     spark = snapshot_rows.sparkSession
     ranked = (
-        snapshot_rows.withColumn("_rn", F.row_number().over(Window.partitionBy("table_id").orderBy("_order")))
-        .withColumn("_prev_rn", F.lag("_rn").over(Window.partitionBy("table_id", "key").orderBy("_rn")))
+        snapshot_rows.withColumn("_rn", F.dense_rank().over(Window.partitionBy("table_id").orderBy(_read_unit())))
+        .withColumn("_prev_rn", F.lag("_rn").over(Window.partitionBy("table_id", "key").orderBy("_order")))
         .localCheckpoint(eager=True)
     )
-    # Only a row whose key was read before in the table can open an epoch. Row r opens the epoch after the one
-    # starting at s when it is the first row after s whose key's previous read is at or after s. For the first
-    # epoch (s = 1) that is simply the first re-read key of the table.
+    # ``_rn`` numbers the table's read units in order (see _read_unit). Only a unit holding a key that was read
+    # before in the table can open an epoch. Unit r opens the epoch after the one starting at s when it is the first
+    # unit after s holding a key whose previous read is at or after s. For the first epoch (s = 1) that is simply
+    # the first unit with a re-read key.
     repeats = ranked.filter(F.col("_prev_rn").isNotNull()).select("table_id", "_rn", "_prev_rn")
     following = repeats.groupBy("table_id").agg(F.min("_rn").alias("_next")).collect()
     starts: dict[str, list[int]] = {}
