@@ -4,6 +4,8 @@ cdcreplay validate   --config FILE                       check the pipelines fil
 cdcreplay run        --config FILE [run options]         replay + reconcile in this process (no Airflow)
 cdcreplay show-table --config FILE --pipeline P --table T [--limit N]   published rows as JSON lines
 cdcreplay report     --config FILE [--run-id ID]         the summary of a run (default: the latest)
+cdcreplay explain    --config FILE --pipeline P --table T --key '{"id": 42}' [--run-id ID] [--json]
+                                                          one key's whole story: events, winner, snapshots, quarantine
 cdcreplay simulate   ...                                  write a simulated archive (see --help)
 cdcreplay demo       [--events N] [--drift N]             the quick start: simulate, run the DAG in Airflow, check
 cdcreplay benchmark  ...                                  events/s per format (see --help)
@@ -107,6 +109,10 @@ def main(argv: list[str] | None = None) -> int:
             out = parser.parse_args(rest).out.resolve()
             print(f"{out}: {build_package(out)} modules of cdcreplay; ship it with CDCREPLAY_PY_FILES={out}")
             return 0
+        if command == "explain":
+            from cdcreplay.explain import main as explain_main
+
+            return explain_main(rest)
         if command == "run":
             from cdcreplay.entrypoints import reconcile_main, replay_main
 
