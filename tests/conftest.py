@@ -56,3 +56,13 @@ def s3(spark, tmp_path_factory):
             patch.setenv(name, value)
         reach_object_stores(spark)
         yield endpoint
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory):
+    """A real one-node Kafka cluster (KRaft) on 127.0.0.1 (kafka_server.py) for the session; yields its bootstrap
+    address. Topics are created by the tests that use it."""
+    from kafka_server import running_kafka
+
+    with running_kafka(tmp_path_factory.mktemp("kafka")) as bootstrap:
+        yield bootstrap

@@ -18,7 +18,7 @@ from cdcreplay.contracts import SAFE_NAME, SAFE_NAME_RULE
 from cdcreplay.formats import KNOWN_FORMATS, REGISTRY, option_error
 from cdcreplay.storage import unsupported_scheme
 
-ARCHIVE_LAYOUTS = ("parquet", "jsonl", "kcat")
+ARCHIVE_LAYOUTS = ("parquet", "jsonl", "kcat")  # archived files; `kafka` reads a cluster instead
 SPARK_TYPES = re.compile(
     r"^(int|bigint|smallint|tinyint|float|double|string|boolean|binary|date|timestamp|timestamp_ntz"
     r"|decimal\(\s*\d{1,2}\s*,\s*\d{1,2}\s*\))$"
@@ -76,12 +76,26 @@ def _usable_path(value: str) -> str:
     return value
 
 
+# A broker address as a client's bootstrap.servers takes it: host (or [IPv6]) and port, nothing else -- no scheme,
+# no user:password@ (credentials come from the environment, cdcreplay.kafka_source).
+BOOTSTRAP_SERVER = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._\-]+):\d{1,5}\Z")
+
+
 class ArchiveConfig(_Strict):
-    path: str = Field(description="Folder (or file) holding the archived Kafka records; relative to the config file.")
-    layout: Literal["parquet", "jsonl", "kcat"] = Field(
+    path: str | None = Field(
+        default=None,
+        description="Folder (or file) holding the archived Kafka records; relative to the config file. Not with "
+        "layout kafka.",
+    )
+    layout: Literal["parquet", "jsonl", "kcat", "kafka"] = Field(
         default="parquet",
         description="parquet: Spark Kafka-source columns; jsonl: the same columns as JSON lines with base64 "
-        "key/value; kcat: `kcat -C -J` output lines.",
+        "key/value; kcat: `kcat -C -J` output lines; kafka: the topics on a live cluster (bootstrap_servers).",
+    )
+    bootstrap_servers: list[str] | None = Field(
+        default=None,
+        description="layout kafka: host:port of one or more brokers of the cluster (a list, or one comma-separated "
+        "string). Credentials and TLS/SASL settings come from CDCREPLAY_KAFKA_* variables, never from this file.",
     )
     skip_unreadable_files: bool = Field(
         default=False,
@@ -89,7 +103,55 @@ class ArchiveConfig(_Strict):
         "mid-upload, or not Parquet at all), listing them in the run's manifest, instead of refusing the run.",
     )
 
-    _path = field_validator("path")(_usable_path)
+    @field_validator("path")
+    @classmethod
+    def _path(cls, value):
+        return None if value is None else _usable_path(value)
+
+    @field_validator("layout", mode="before")
+    @classmethod
+    def _known_layout(cls, value):
+        if value not in (*ARCHIVE_LAYOUTS, "kafka"):
+            raise ValueError(
+                "Input should be 'parquet', 'jsonl' or 'kcat' (archived files), or 'kafka' (the topics on a "
+                "cluster, with bootstrap_servers)"
+            )
+        return value
+
+    @field_validator("bootstrap_servers", mode="before")
+    @classmethod
+    def _servers(cls, value):
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        for server in value or ():
+            if not isinstance(server, str) or not BOOTSTRAP_SERVER.match(server):
+                raise ValueError(
+                    f"bootstrap_servers: {server!r} is not host:port (e.g. broker1.example.com:9092); credentials "
+                    "do not belong here, set them in CDCREPLAY_KAFKA_* variables"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _source_fields(self):
+        if self.layout == "kafka":
+            if not self.bootstrap_servers:
+                raise ValueError(
+                    "bootstrap_servers is required with layout kafka; list host:port of one or more brokers, "
+                    "e.g. bootstrap_servers: [broker1:9092]"
+                )
+            if self.path is not None:
+                raise ValueError("path is not used with layout kafka (records come from the brokers); remove it")
+            if self.skip_unreadable_files:
+                raise ValueError("skip_unreadable_files applies to parquet archives, not layout kafka; remove it")
+        else:
+            if self.path is None:
+                raise ValueError(f"path is required with layout {self.layout}; give the archive's folder or file")
+            if self.bootstrap_servers:
+                raise ValueError(
+                    "bootstrap_servers applies to layout kafka only; remove it, or set layout: kafka to read "
+                    "from the brokers"
+                )
+        return self
 
 
 class TableConfig(_Strict):
@@ -167,6 +229,15 @@ class PipelineConfig(_Strict):
         return value
 
     @model_validator(mode="after")
+    def _kafka_topics_listed(self):
+        if self.archive.layout == "kafka" and not self.topics:
+            raise ValueError(
+                "topics is required with archive.layout kafka: list the topics to replay (a cluster holds many "
+                "that are not this pipeline's)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _known_options(self):
         for option, value in self.options.items():
             problem = option_error(self.format, option, value)
@@ -219,6 +290,9 @@ class LoadedConfig:
         return self.resolve(self.project.warehouse)
 
     def archive_path(self, pipeline: PipelineConfig) -> str:
+        """The archive's resolved path; for layout kafka, the cluster as kafka://host:port[,host:port]."""
+        if pipeline.archive.layout == "kafka":
+            return "kafka://" + ",".join(pipeline.archive.bootstrap_servers)
         return self.resolve(pipeline.archive.path)
 
 

@@ -2,9 +2,10 @@
 
 pyspark ships Spark's core jars, not its optional modules: ``from_avro`` lives in spark-avro, published on Maven
 Central beside every Spark release, and the published tables and the state are Delta Lake tables, whose jars Delta
-publishes there too; Hadoop's S3A client and the AWS SDK reach s3a:// paths. ``scripts/setup.sh`` runs
-``python -m cdcreplay.jars`` to download each pinned jar into ``.venv/jars`` and check its SHA-1; nothing is
-downloaded at run time (``--test-servers`` also fetches the servers the tests start: s3proxy). A session the package
+publishes there too; Hadoop's S3A client and the AWS SDK reach s3a:// paths; Spark's Kafka source reads topics
+straight from a cluster (``archive.layout: kafka``). ``scripts/setup.sh`` runs ``python -m cdcreplay.jars`` to
+download each pinned jar into ``.venv/jars`` and check its SHA-1; nothing is downloaded at run time
+(``--test-servers`` also fetches the servers the tests start: s3proxy and a Kafka broker). A session the package
 starts puts the jars that are there on ``spark.jars`` (``cdcreplay.spark.build_session``); the DAG hands the same
 paths to spark-submit. Without spark-avro, Debezium Avro decodes in Python and says so; without Delta no run can
 start (``cdcreplay.spark`` names the command that fetches it).
@@ -100,7 +101,23 @@ S3_JARS = (
     MavenJar("software.amazon.awssdk", "utils", "2.35.4", "8bf086b3b751b058fa62e7f0398d94db7295ebbe"),
     MavenJar("software.amazon.awssdk", "utils-lite", "2.35.4", "148d6b8801d9696c4cffff306dfdd3b96781af24"),
 )
-PINNED = (SPARK_AVRO, DELTA_SPARK, DELTA_STORAGE, *S3_JARS)
+# Spark's Kafka source, for pipelines that replay straight from a cluster (`archive.layout: kafka`,
+# cdcreplay.kafka_source): the same release as pyspark, its delegation-token module (loaded by the source even when no
+# token is used), and the client library at the version spark-sql-kafka-0-10 4.2.0 declares (kafka-clients 3.9.2;
+# a 3.9 client talks to any broker from 2.1 on, 4.x included), with the connection pool it caches consumers in.
+# The source's other declared dependencies are among pyspark's own jars at the same versions (spark-tags, jsr305,
+# scala-parallel-collections, hadoop-client-*), or at the newer versions Spark itself is built with (lz4-java,
+# snappy-java, slf4j-api, scala-library): an older copy of those beside pyspark's would never be loaded, the
+# application class loader finding pyspark's first.
+KAFKA_SOURCE_JARS = (
+    MavenJar("org.apache.spark", "spark-sql-kafka-0-10_2.13", "4.2.0", "98f199d5da59b1e152dae941cc5037a6495464ad"),
+    MavenJar(
+        "org.apache.spark", "spark-token-provider-kafka-0-10_2.13", "4.2.0", "807ceb26e2fa509259e74a202d5f2d790446f515"
+    ),
+    MavenJar("org.apache.kafka", "kafka-clients", "3.9.2", "a06edbaa01458ed2e8cf1be69a18c2f231fda6e0"),
+    MavenJar("org.apache.commons", "commons-pool2", "2.13.1", "cf7e8c0242d4c483c42c083b8188ab360ab60f9a"),
+)
+PINNED = (SPARK_AVRO, DELTA_SPARK, DELTA_STORAGE, *S3_JARS, *KAFKA_SOURCE_JARS)
 DELTA_JARS = (DELTA_SPARK, DELTA_STORAGE)
 # A real S3 server for the tests (tests/s3_server.py starts it on 127.0.0.1): s3proxy on its local file system
 # backend, one jar with its dependencies. scripts/test.sh fetches it with `python -m cdcreplay.jars --test-servers`
@@ -108,7 +125,65 @@ DELTA_JARS = (DELTA_SPARK, DELTA_STORAGE)
 S3PROXY = MavenJar(
     "org.gaul", "s3proxy", "4.1.0", "0a0b89e982bc1b1b5757d45b61109e05a840dd87", classifier="jar-with-dependencies"
 )
-TEST_SERVERS = (S3PROXY,)
+# A single-node Kafka broker for the tests (tests/kafka_server.py: KRaft, broker and controller in one JVM on
+# 127.0.0.1): kafka_2.13 4.4.0 with its runtime dependencies as Maven resolves them (`mvn dependency:tree` of that
+# one artifact), plus log4j's SLF4J binding so the broker's log says why it stopped. It runs in a JVM of its own with
+# exactly these on its classpath, so nothing here is shared with, or excluded because of, pyspark's jars.
+KAFKA_BROKER = (
+    MavenJar("at.yawk.lz4", "lz4-java", "1.11.2", "3fe7cb28a7102752d77c3aa4e309ea76efe85def"),
+    MavenJar("com.dynatrace.hash4j", "hash4j", "0.22.0", "2d61bfb5b38469cb76141b06dc68d36a9007e9ad"),
+    MavenJar("com.fasterxml.jackson.core", "jackson-annotations", "2.21", "b1bc1868bf02dc0bd6c7836257a036a331005309"),
+    MavenJar("com.fasterxml.jackson.core", "jackson-core", "2.21.7", "5abfb904683e642f4a5458f2a78ab9308c7c5a46"),
+    MavenJar("com.fasterxml.jackson.core", "jackson-databind", "2.21.7", "a2ebbc72e3092323f0f3defa786ff3bb0c47218c"),
+    MavenJar(
+        "com.fasterxml.jackson.dataformat",
+        "jackson-dataformat-yaml",
+        "2.21.7",
+        "cd755d8f2c860e887301b47140f60ab58b3eb538",
+    ),
+    MavenJar(
+        "com.fasterxml.jackson.datatype", "jackson-datatype-jdk8", "2.21.7", "83f1c3c394b531496917e86e886aa00ac5cecc63"
+    ),
+    MavenJar("com.github.ben-manes.caffeine", "caffeine", "3.2.0", "35eba09997476a39492ac7f7b2bb0e8292c09d17"),
+    MavenJar("com.github.luben", "zstd-jni", "1.5.7-17", "b4fea046fcd925681fa10c61be99da059f4f745a"),
+    MavenJar("com.google.re2j", "re2j", "1.8", "12c25e923e9e4fb1575a7640a2698745c6f19a94"),
+    MavenJar("com.typesafe.scala-logging", "scala-logging_2.13", "3.9.6", "f887ff84d87e3e9c89e28f8a4064bf74d1eacbb4"),
+    MavenJar("com.yammer.metrics", "metrics-core", "2.2.0", "f82c035cfa786d3cbec362c38c22a5f5b1bc8724"),
+    MavenJar("commons-beanutils", "commons-beanutils", "1.11.0", "ac03ea606d13de04c2e4508227680faff151f491"),
+    MavenJar("commons-collections", "commons-collections", "3.2.2", "8ad72fe39fa8c91eaaf12aadb21e0c3661fe26d5"),
+    MavenJar("commons-digester", "commons-digester", "2.1", "73a8001e7a54a255eef0f03521ec1805dc738ca0"),
+    MavenJar("commons-logging", "commons-logging", "1.3.5", "a3fcc5d3c29b2b03433aa2d2f2d2c1b1638924a1"),
+    MavenJar("commons-validator", "commons-validator", "1.10.1", "cdf5c2a69aad509c4db54786f19f1e1ccc471bcf"),
+    MavenJar("net.sf.jopt-simple", "jopt-simple", "5.0.4", "4fdac2fbe92dfad86aa6e9301736f6b4342a3f5c"),
+    MavenJar("net.sourceforge.argparse4j", "argparse4j", "0.7.0", "6f0621d0c3888de39e0f06d01f37ba53a798e657"),
+    MavenJar("org.apache.kafka", "kafka-clients", "4.4.0", "1d2ebc2a3f0ecce03faa288c42d4e8f998aac47d"),
+    MavenJar("org.apache.kafka", "kafka-coordinator-common", "4.4.0", "531d4e04ea04d79decd585ca7930f57757554ca5"),
+    MavenJar("org.apache.kafka", "kafka-group-coordinator", "4.4.0", "07dfc73a2de9499589557071cbd595f6e14694eb"),
+    MavenJar("org.apache.kafka", "kafka-group-coordinator-api", "4.4.0", "5159f9226c8930035cdd5140b6a24df25a588061"),
+    MavenJar("org.apache.kafka", "kafka-metadata", "4.4.0", "5ade78a65abb3870b33f669a5a0b449de52093a2"),
+    MavenJar("org.apache.kafka", "kafka-raft", "4.4.0", "a8da7a1d71c6b4ad3f96cdb3af977df216d595df"),
+    MavenJar("org.apache.kafka", "kafka-server", "4.4.0", "3a8174850ed33c7669841fad1795b79c1d205bf5"),
+    MavenJar("org.apache.kafka", "kafka-server-common", "4.4.0", "f6125385dd7c41b0a20a75f240666e495158e235"),
+    MavenJar("org.apache.kafka", "kafka-share-coordinator", "4.4.0", "3e4b92a3a179eb435f3807b567a83611b4eb0baf"),
+    MavenJar("org.apache.kafka", "kafka-storage", "4.4.0", "b215580ff932405e06e55969d16b63a37c2d2ff2"),
+    MavenJar("org.apache.kafka", "kafka-storage-api", "4.4.0", "536348c3f5face8e0788b9e47b6f2337899194be"),
+    MavenJar("org.apache.kafka", "kafka-tools-api", "4.4.0", "4e9326543b4c45cb5db9178aa25cb91fb05685cf"),
+    MavenJar("org.apache.kafka", "kafka-transaction-coordinator", "4.4.0", "32fc9c405002f44bc06eb266df42fa82dde13823"),
+    MavenJar("org.apache.kafka", "kafka_2.13", "4.4.0", "2e194c128f7bd43bef49f5647be34d680f6a6474"),
+    MavenJar("org.apache.logging.log4j", "log4j-api", "2.25.5", "6c80ea65e41f7858f7e15cb390c98c36167c7b3a"),
+    MavenJar("org.apache.logging.log4j", "log4j-core", "2.25.5", "c194a13e18b0a36014e867d2d323b989bf212151"),
+    MavenJar("org.apache.logging.log4j", "log4j-slf4j-impl", "2.25.5", "542f388168432b2dfce12edde0d99c01649c4873"),
+    MavenJar("org.bitbucket.b_c", "jose4j", "0.9.6", "357a3836bb5da16f314f3a1e954518e5468cd915"),
+    MavenJar("org.hdrhistogram", "HdrHistogram", "2.2.2", "7959933ebcc0f05b2eaa5af0a0c8689fa257b15c"),
+    MavenJar("org.jspecify", "jspecify", "1.0.0", "7425a601c1c7ec76645a78d22b8c6a627edee507"),
+    MavenJar("org.pcollections", "pcollections", "4.0.2", "c8398b4443deae11e6eaffbc04a371b4eb8f6b8e"),
+    MavenJar("org.scala-lang", "scala-library", "2.13.18", "eb2086988c25b08705472cc750654570900362e5"),
+    MavenJar("org.scala-lang", "scala-reflect", "2.13.18", "674f3bd39f5c528d575da69c42a5dff772b9b75c"),
+    MavenJar("org.slf4j", "slf4j-api", "1.7.36", "6c62681a2f655b49963a5983b8b0950a6120ae14"),
+    MavenJar("org.xerial.snappy", "snappy-java", "1.1.10.7", "3049f95640f4625a945cfab85715f603fa4c8f80"),
+    MavenJar("org.yaml", "snakeyaml", "2.5", "2d53ddec134280cb384c1e35d094e5f71c1f2316"),
+)
+TEST_SERVERS = (S3PROXY, *KAFKA_BROKER)
 TEST_SERVERS_FOLDER = "test-servers"
 
 

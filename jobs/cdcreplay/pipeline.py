@@ -12,7 +12,7 @@ import time
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from cdcreplay import archive, progress, publishing, quality, warehouse
+from cdcreplay import archive, kafka_source, progress, publishing, quality, warehouse
 from cdcreplay.accounting import AccountingError, check_accounting, decoded_counts
 from cdcreplay.config import ConfigError, LoadedConfig, PipelineConfig
 from cdcreplay.contracts import DECODED_FOLDER, MANIFEST_FILE, SUMMARY_FILE, TYPE_CONFLICTS_FOLDER, RunSummary
@@ -159,7 +159,11 @@ def read_slice(
     spark: SparkSession, config: LoadedConfig, pipeline: PipelineConfig, spec: RunSpec
 ) -> tuple[list[str], DataFrame, dict]:
     """The read stage: the archive's readable files, the records of the run's selection, and the manifest of both
-    (files, per partition extents and duplicates, offset gaps, unreadable files left out)."""
+    (files, per partition extents and duplicates, offset gaps, unreadable files left out). ``archive.layout: kafka``
+    reads the pipeline's topics from the cluster instead (cdcreplay.kafka_source), with the same columns and manifest.
+    """
+    if pipeline.archive.layout == "kafka":
+        return kafka_source.read_slice(spark, pipeline, selection_for(pipeline, spec))
     files, unreadable = archive.readable_files(
         archive.archive_files(config.archive_path(pipeline), pipeline.archive.layout),
         pipeline.archive.layout,

@@ -1,0 +1,312 @@
+"""Replaying straight from a Kafka cluster (``archive.layout: kafka``) against a real broker.
+
+A one-node KRaft broker runs on 127.0.0.1 (the ``kafka`` fixture, kafka_server.py). The simulator's change history
+is produced to it with a real Kafka producer -- keys, headers (Debezium's key-change headers), tombstones (null
+values after deletes), several partitions, each record to the partition the simulator assigned -- and the same
+records are written as the simulator's own Parquet archive. The broker must then hand out exactly the simulator's
+offsets, and replaying the topics and the archive must publish the same tables, row for row with provenance, with
+the same accounting. Runs limited by offsets and by time read exactly the records they should; configuration and
+cluster problems fail before any record is read, naming the field and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cdcreplay import pipeline as pipeline_module
+from cdcreplay.config import ConfigError, load_config
+from cdcreplay.entrypoints import EXIT_BAD_INPUT, EXIT_OK, replay_main
+from cdcreplay.kafka_source import KafkaSourceError
+from cdcreplay.run_spec import build_run_spec
+from cdcreplay.warehouse import read_table
+from cdcreplay_lab.simulator.archive_writer import write_archive
+from cdcreplay_lab.simulator.encode_canal import encode_canal_json
+from cdcreplay_lab.simulator.encode_debezium import encode_debezium_json
+from cdcreplay_lab.simulator.history import simulate
+
+EVENTS = 300
+SEED = 28
+# Per format: the simulator's encoder, spread over several partitions (Debezium by key hash, Canal by table).
+ENCODERS = {
+    "debezium-json": lambda history: encode_debezium_json(history, schemas=False, partitions=3),
+    "canal-json": lambda history: encode_canal_json(history, topic="dts.shop", partitions=2),
+}
+
+
+def _millis(moment) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+def produce(bootstrap: str, records: list) -> None:
+    """Create the records' topics and produce every record to its partition, in order, with its key, headers and
+    timestamp; a tombstone is produced as a null value. Asserts that the broker assigned the simulator's offsets."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    partitions: dict[str, int] = {}
+    for record in records:
+        partitions[record.topic] = max(partitions.get(record.topic, 0), record.partition + 1)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    created = admin.create_topics([NewTopic(topic, count, 1) for topic, count in partitions.items()])
+    for future in created.values():
+        future.result(30)
+    # Idempotence keeps each partition's records in the order they were produced, even across retries.
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20})
+    assigned = {}
+
+    def delivered(error, message):
+        assert error is None, error
+        assigned[(message.topic(), message.partition(), message.offset())] = message.value()
+
+    for record in records:
+        producer.produce(
+            record.topic,
+            value=record.value,
+            key=record.key,
+            partition=record.partition,
+            timestamp=_millis(record.timestamp),
+            headers=list(record.headers) or None,
+            on_delivery=delivered,
+        )
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    assert assigned == {(r.topic, r.partition, r.offset): r.value for r in records}
+
+
+class Replay:
+    """One format's history: produced to the broker and archived, and a pipelines file reading each."""
+
+    def __init__(self, root: Path, fmt: str, bootstrap: str):
+        self.root, self.fmt, self.bootstrap = root, fmt, bootstrap
+        self.history = simulate(seed=SEED, events=EVENTS)
+        self.records = list(ENCODERS[fmt](self.history))
+        self.topics = sorted({r.topic for r in self.records})
+        write_archive(self.records, root / "archive")
+        produce(bootstrap, self.records)
+        self.config = self.write_config("replay.yaml", bootstrap)
+
+    def write_config(self, name: str, bootstrap: str, topics: list[str] | None = None) -> Path:
+        document = {
+            "warehouse": str(self.root / "warehouse"),
+            "pipelines": [
+                {
+                    "name": "from_kafka",
+                    "format": self.fmt,
+                    "archive": {"layout": "kafka", "bootstrap_servers": [bootstrap]},
+                    "topics": topics or self.topics,
+                },
+                {"name": "from_archive", "format": self.fmt, "archive": {"path": str(self.root / "archive")}},
+            ],
+        }
+        path = self.root / name
+        path.write_text(yaml.safe_dump(document), encoding="utf-8")
+        return path
+
+
+@pytest.fixture(scope="module", params=tuple(ENCODERS))
+def replay(request, kafka, tmp_path_factory):
+    return Replay(tmp_path_factory.mktemp(request.param), request.param, kafka)
+
+
+def coordinates(frame) -> set[tuple]:
+    return {(r.topic, r.partition, r.offset) for r in frame.select("topic", "partition", "offset").collect()}
+
+
+def read(spark, replay: Replay, name: str, **parameters):
+    config = load_config(replay.config)
+    spec = build_run_spec(config, run_id="probe", pipelines=[name], **parameters)
+    return pipeline_module.read_slice(spark, config, config.project.pipeline(name), spec)
+
+
+def raw_rows(frame) -> list[tuple]:
+    # Spark's Kafka source gives a record without headers null headers; an archive may hold an empty list.
+    return sorted(
+        (r.topic, r.partition, r.offset, r.timestamp, r.key, r.value, tuple(map(tuple, r.headers or ())))
+        for r in frame.collect()
+    )
+
+
+def test_the_broker_serves_the_same_records_as_the_archive(spark, replay):
+    sources, from_kafka, manifest = read(spark, replay, "from_kafka")
+    _, from_archive, archive_manifest = read(spark, replay, "from_archive")
+    assert from_kafka.schema == from_archive.schema
+    assert raw_rows(from_kafka) == raw_rows(from_archive)
+    assert len(replay.records) == manifest["records"] == archive_manifest["records"]
+    assert manifest["partitions"] == archive_manifest["partitions"]
+    assert sum(r.value is None for r in replay.records) == from_kafka.where("value is null").count()
+    assert sources == [f"kafka://{replay.bootstrap}/{topic}" for topic in replay.topics]
+    assert manifest["kafka"]["bootstrap_servers"] == [replay.bootstrap]
+    assert {(r["topic"], r["partition"], r["start"], r["until"]) for r in manifest["kafka"]["ranges"]} == {
+        (e["topic"], e["partition"], 0, e["max_offset"] + 1) for e in archive_manifest["partitions"]
+    }
+
+
+def test_replaying_the_topics_publishes_what_replaying_the_archive_does(spark, replay):
+    if replay.fmt == "debezium-json":  # the history's particulars this format carries on the wire
+        assert any(r.value is None for r in replay.records)  # tombstones
+        assert any(r.headers for r in replay.records)  # key-change headers
+    assert len({(r.topic, r.partition) for r in replay.records}) >= 2
+    assert replay_main(["--config", str(replay.config), "--run-id", "full", "--full-rebuild"]) == EXIT_OK
+    runs = replay.root / "warehouse"
+    summaries = {
+        name: json.loads((runs / name / "runs" / "full" / "summary.json").read_text())
+        for name in ("from_kafka", "from_archive")
+    }
+    assert summaries["from_kafka"]["decoded"] == summaries["from_archive"]["decoded"]
+    assert summaries["from_kafka"]["decoded"]["source_records"] == len(replay.records)
+    assert summaries["from_kafka"]["decoded"]["quarantined"] == 0
+    assert set(summaries["from_kafka"]["tables"]) == set(replay.history.tables)
+    for table_id in replay.history.tables:
+        tables = [read_table(spark, str(runs), name, table_id) for name in ("from_kafka", "from_archive")]
+        assert tables[0].columns == tables[1].columns
+        rows = [sorted(tuple(row) for row in table.collect()) for table in tables]
+        assert rows[0] == rows[1], table_id
+        assert len(rows[0]) == len(replay.history.final_state(table_id)), table_id
+
+
+def test_a_run_limited_by_offsets_reads_exactly_those_offsets(spark, replay):
+    topic = replay.topics[0]
+    held = sorted(r.offset for r in replay.records if r.topic == topic and r.partition == 1)
+    low, high = held[len(held) // 4], held[len(held) // 2]
+    ranges = {topic: {"1": {"start": low, "until": high}}}
+    _, selected, manifest = read(spark, replay, "from_kafka", offsets=json.dumps(ranges))
+    assert coordinates(selected) == {(topic, 1, offset) for offset in range(low, high)}
+    assert [(r["topic"], r["partition"], r["start"], r["until"]) for r in manifest["kafka"]["ranges"]] == [
+        (topic, 1, low, high)
+    ]
+    # A range past what the log holds is a parameter error naming the partition and what it holds.
+    beyond = {topic: {"1": {"start": held[-1] + 10, "until": held[-1] + 20}}}
+    with pytest.raises(KafkaSourceError, match=rf"parameter offsets\.{topic}\.1: requested .* holds offsets 0\.\."):
+        read(spark, replay, "from_kafka", offsets=json.dumps(beyond))
+
+
+def test_a_run_limited_by_time_reads_exactly_the_records_stamped_in_it(spark, replay):
+    stamps = sorted({r.timestamp for r in replay.records})
+    start, end = stamps[len(stamps) // 3], stamps[2 * len(stamps) // 3] + timedelta(milliseconds=1)
+    parameters = {"start": start.isoformat(), "end": end.isoformat()}
+    _, from_kafka, manifest = read(spark, replay, "from_kafka", **parameters)
+    _, from_archive, _ = read(spark, replay, "from_archive", **parameters)
+    expected = {(r.topic, r.partition, r.offset) for r in replay.records if start <= r.timestamp < end}
+    assert 0 < len(expected) < len(replay.records)
+    assert coordinates(from_kafka) == expected == coordinates(from_archive)
+    # The brokers' time index found the range: offsets before it were not read at all.
+    for r in manifest["kafka"]["ranges"]:
+        inside = [x.offset for x in replay.records if (x.topic, x.partition) == (r["topic"], r["partition"])]
+        inside = [o for o in inside if (r["topic"], r["partition"], o) in expected]
+        if inside:
+            assert (r["start"], r["until"]) == (min(inside), max(inside) + 1)
+        else:
+            assert r["start"] == r["until"]
+    assert any(r["start"] > 0 for r in manifest["kafka"]["ranges"])
+
+
+def test_client_settings_come_from_the_environment_and_only_their_names_are_recorded(spark, replay, monkeypatch):
+    # Settings that change nothing on this plaintext broker, but reach the admin client and Spark's consumers.
+    monkeypatch.setenv("CDCREPLAY_KAFKA_SECURITY_PROTOCOL", "PLAINTEXT")
+    monkeypatch.setenv("CDCREPLAY_KAFKA_CLIENT_DNS_LOOKUP", "use_all_dns_ips")
+    _, selected, manifest = read(spark, replay, "from_kafka")
+    assert selected.count() == len(replay.records)
+    assert manifest["kafka"]["client_settings"] == ["client.dns.lookup", "security.protocol"]
+    assert "PLAINTEXT" not in json.dumps(manifest, default=str)
+
+
+def test_security_settings_the_cluster_does_not_speak_fail_naming_the_variables(spark, replay, monkeypatch):
+    monkeypatch.setenv("CDCREPLAY_KAFKA_SECURITY_PROTOCOL", "SASL_PLAINTEXT")
+    monkeypatch.setenv("CDCREPLAY_KAFKA_SASL_MECHANISM", "PLAIN")
+    monkeypatch.setenv(
+        "CDCREPLAY_KAFKA_SASL_JAAS_CONFIG",
+        'org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="p";',
+    )
+    monkeypatch.setenv("CDCREPLAY_KAFKA_DEFAULT_API_TIMEOUT_MS", "3000")
+    with pytest.raises(KafkaSourceError) as raised:
+        read(spark, replay, "from_kafka")
+    assert str(raised.value).startswith("archive.bootstrap_servers: ")
+    assert "CDCREPLAY_KAFKA_* variables" in str(raised.value)
+    assert "password" not in str(raised.value)
+
+
+# -- failures before any work ------------------------------------------------------------------------------------
+
+
+def write_pipelines(tmp_path: Path, archive: str, topics: str = "[t]") -> Path:
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        f"warehouse: {tmp_path / 'wh'}\npipelines:\n  - name: p\n    format: debezium-json\n"
+        f"    archive: {archive}\n    topics: {topics}\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    ("archive", "topics", "message"),
+    [
+        ("{layout: kafka}", "[t]", "archive: bootstrap_servers is required with layout kafka"),
+        ("{layout: kafka, bootstrap_servers: 'b:9092'}", "null", "topics is required with archive.layout kafka"),
+        ("{layout: kafka, bootstrap_servers: ['me:secret@b:9092']}", "[t]", "credentials do not belong here"),
+        ("{layout: kafka, bootstrap_servers: [b:9092], path: x}", "[t]", "path is not used with layout kafka"),
+        ("{path: x, bootstrap_servers: [b:9092]}", "[t]", "bootstrap_servers applies to layout kafka only"),
+        ("{layout: parquet}", "[t]", "path is required with layout parquet"),
+    ],
+)
+def test_a_kafka_source_config_error_names_the_field_and_the_fix(tmp_path, archive, topics, message):
+    with pytest.raises(ConfigError) as raised:
+        load_config(write_pipelines(tmp_path, archive, topics))
+    assert message in str(raised.value)
+    assert "pipelines.0" in str(raised.value)
+
+
+def test_a_comma_separated_bootstrap_list_is_accepted(tmp_path):
+    config = load_config(write_pipelines(tmp_path, "{layout: kafka, bootstrap_servers: 'a:9092, b:9093'}"))
+    assert config.project.pipelines[0].archive.bootstrap_servers == ["a:9092", "b:9093"]
+    assert config.archive_path(config.project.pipelines[0]) == "kafka://a:9092,b:9093"
+
+
+def test_a_topic_the_cluster_lacks_fails_the_run_naming_it(spark, replay, capsys):
+    config = replay.write_config("missing.yaml", replay.bootstrap, topics=[replay.topics[0], "no.such.topic"])
+    with pytest.raises(KafkaSourceError) as raised:
+        read(spark, _with_config(replay, config), "from_kafka")
+    assert str(raised.value).startswith("pipelines.from_kafka.topics: topic(s) no.such.topic do not exist")
+    assert "fix the pipeline's topics" in str(raised.value)
+    assert replay_main(["--config", str(config), "--run-id", "missing", "--pipelines", "from_kafka"]) == EXIT_BAD_INPUT
+    assert "no.such.topic do not exist" in capsys.readouterr().err
+
+
+def _with_config(replay: Replay, config: Path) -> Replay:
+    other = object.__new__(Replay)
+    other.__dict__.update(replay.__dict__, config=config)
+    return other
+
+
+def test_a_time_range_on_an_unreachable_cluster_fails_naming_the_brokers(spark, replay, monkeypatch):
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{probe.getsockname()[1]}"
+    monkeypatch.setenv("CDCREPLAY_KAFKA_DEFAULT_API_TIMEOUT_MS", "3000")
+    config = replay.write_config("dead.yaml", dead)
+    start = min(r.timestamp for r in replay.records)
+    with pytest.raises(KafkaSourceError) as raised:
+        read(spark, _with_config(replay, config), "from_kafka", start=start.isoformat())
+    assert str(raised.value).startswith(f"archive.bootstrap_servers: no Kafka broker at {dead} answered")
+    assert "CDCREPLAY_KAFKA_* variables" in str(raised.value)
+
+
+def test_the_brokers_address_cannot_come_from_the_environment(spark, replay, monkeypatch):
+    monkeypatch.setenv("CDCREPLAY_KAFKA_BOOTSTRAP_SERVERS", "elsewhere:9092")
+    with pytest.raises(KafkaSourceError, match=r"CDCREPLAY_KAFKA_BOOTSTRAP_SERVERS sets bootstrap\.servers"):
+        read(spark, replay, "from_kafka")
+
+
+def test_a_setting_the_client_rejects_fails_naming_the_variables(spark, replay, monkeypatch):
+    monkeypatch.setenv("CDCREPLAY_KAFKA_SECURITY_PROTOCOL", "CARRIER_PIGEON")
+    with pytest.raises(KafkaSourceError) as raised:
+        read(spark, replay, "from_kafka")
+    assert "CARRIER_PIGEON" in str(raised.value)
+    assert str(raised.value).startswith("CDCREPLAY_KAFKA_* variables: the Kafka client rejects a setting")
