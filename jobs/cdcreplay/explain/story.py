@@ -105,16 +105,16 @@ class LostChange:
     kind: str  # column (a mismatching column) | row (the snapshot read a key the changes deleted or never created)
     run_id: str
     epoch_no: int
-    snapshot_seq: int | None  # None for a key the snapshot did not read
-    snapshot_position: str | None
-    snapshot_offset: int | None
-    column: str | None
-    snapshot_value: str | None
-    incremental_value: str | None
-    set_by: list[int]  # seqs of other events that set the column to the snapshot's value
-    newest_before: NewestBefore | None
     proven: bool  # no archived event after the newest one before the snapshot produces what the snapshot shows
     text: str
+    snapshot_seq: int | None = None  # None for a key the snapshot did not read
+    snapshot_position: str | None = None
+    snapshot_offset: int | None = None
+    column: str | None = None  # the rest: a `column` difference only
+    snapshot_value: str | None = None
+    incremental_value: str | None = None
+    set_by: list[int] = field(default_factory=list)  # seqs of other events that set the column to the snapshot's value
+    newest_before: NewestBefore | None = None
 
 
 @dataclass
