@@ -13,8 +13,10 @@ and order). A duplicate of any other event changes nothing: either copy is the s
 
 1. **Snapshot epochs.** The snapshot rows of a table, sorted by order, are split greedily into epochs: a new epoch
    starts at the first snapshot row whose key already occurred in the current epoch (a resync snapshot re-reads keys
-   the initial one read). Epochs get ``epoch_no`` 1, 2, ... and their first/last order. A key occurs at most once
-   per epoch, by construction.
+   the initial one read). Rows that share one source position are one unit the split never cuts: a connector stamps
+   a whole snapshot run with the position it started at, and the Kafka coordinates of two partitions do not order
+   its rows (``epochs._read_unit``). Epochs get ``epoch_no`` 1, 2, ... and their first/last order. A key occurs at
+   most once per epoch, by construction.
 2. **Incremental value.** For epoch E and its snapshot row for key k read at order p, the incremental value of k is
    the latest event for k (partial images merged onto the previous image by
    :func:`cdcreplay.compaction.latest_rows`) among all the table's rows that are *not snapshot rows of E* with
