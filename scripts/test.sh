@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install everything, lint, and run the whole test suite (real Spark, Airflow, GX and fastavro; about 46 minutes on 2 cores).
+# Install everything, lint, and run the whole test suite (real Spark, Airflow, GX and fastavro; about 55 minutes on 2 cores).
 #   scripts/test.sh [pytest options]     e.g. scripts/test.sh -m "not airflow" for the fast part only
 set -euo pipefail
 cd "$(dirname "$0")/.."
