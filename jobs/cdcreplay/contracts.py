@@ -29,6 +29,14 @@ RUN_FOLDER_NAME = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9_.\-]{{0,{RUN_ID_MAX - 1}}
 MANIFEST_FILE = "manifest.json"
 SUMMARY_FILE = "summary.json"
 DECODED_FOLDER = "decoded"
+
+
+def decoded_kind_folder(kind: str) -> str:
+    """A run's decoded records of one kind (changelog, control, quarantine), relative to the run's folder: the decode
+    stage writes them partitioned by ``record_kind``."""
+    return f"{DECODED_FOLDER}/record_kind={kind}"
+
+
 TYPE_CONFLICTS_FOLDER = "type_conflicts"
 AUDIT_DATA_DOCS = "quality/data_docs"
 RECONCILE_FOLDER = "reconcile"

@@ -32,14 +32,13 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from cdcreplay import archive
 from cdcreplay.archive import ArchiveError, Selection
 from cdcreplay.config import PipelineConfig
 from cdcreplay.schema import RAW_DDL, struct_type
@@ -286,11 +285,13 @@ def read_ranges(
     return frame.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in raw_schema.fields])
 
 
-def read_slice(
+def read_topics(
     spark: SparkSession, pipeline: PipelineConfig, selection: Selection
 ) -> tuple[list[str], DataFrame, dict]:
-    """The read stage for ``archive.layout: kafka``: (the topics read, as kafka:// sources; the selected records;
-    the manifest), shaped as pipeline.read_slice returns them for an archive."""
+    """The records of ``archive.layout: kafka``'s selection, for the read stage (pipeline.read_slice): the topics
+    read, as kafka:// sources; their records in the offset ranges resolved for ``selection`` (the stage still applies
+    the selection itself: the archive's exact timestamp rule, a CreateTime stamped out of order inside a range left
+    out); and what the manifest adds for a cluster (brokers, topics, client setting names, ranges)."""
     servers = list(pipeline.archive.bootstrap_servers or ())
     settings = client_settings()
     admin = _Admin(spark, servers, settings)
@@ -298,18 +299,13 @@ def read_slice(
         ranges = plan_ranges(admin, pipeline, selection)
     finally:
         admin.close()
-    raw = read_ranges(spark, servers, settings, ranges)
-    # The offset ranges already hold the selection; the filter keeps the archive's exact rule for timestamps
-    # (a CreateTime stamped out of order inside the range is still left out).
-    selected = archive.select_records(raw, selection)
-    extents = archive.partition_extents(selected)
-    gaps = archive.offset_gaps(selected) if any(e["missing_offsets"] for e in extents) else []
     sources = [f"kafka://{','.join(servers)}/{topic}" for topic in selection.topics]
-    manifest = archive.build_manifest(sources, extents, gaps, selection)
-    manifest["kafka"] = {
-        "bootstrap_servers": servers,
-        "topics": list(selection.topics),
-        "client_settings": sorted(settings),  # names only: values may be secrets
-        "ranges": [r.__dict__ for r in ranges],
+    facts = {
+        "kafka": {
+            "bootstrap_servers": servers,
+            "topics": list(selection.topics),
+            "client_settings": sorted(settings),  # names only: values may be secrets
+            "ranges": [asdict(r) for r in ranges],
+        }
     }
-    return sources, selected, manifest
+    return sources, read_ranges(spark, servers, settings, ranges), facts

@@ -15,7 +15,14 @@ from pyspark.sql import functions as F
 from cdcreplay import archive, kafka_source, progress, publishing, quality, warehouse
 from cdcreplay.accounting import AccountingError, check_accounting, decoded_counts
 from cdcreplay.config import ConfigError, LoadedConfig, PipelineConfig
-from cdcreplay.contracts import DECODED_FOLDER, MANIFEST_FILE, SUMMARY_FILE, TYPE_CONFLICTS_FOLDER, RunSummary
+from cdcreplay.contracts import (
+    DECODED_FOLDER,
+    MANIFEST_FILE,
+    SUMMARY_FILE,
+    TYPE_CONFLICTS_FOLDER,
+    RunSummary,
+    decoded_kind_folder,
+)
 from cdcreplay.formats import REGISTRY, decoder_module
 from cdcreplay.formats.common import DECODED_DDL, KIND_CHANGE, KIND_QUARANTINE
 from cdcreplay.formats.wire.native_json import write_decoded
@@ -38,7 +45,7 @@ def selection_for(pipeline: PipelineConfig, spec: RunSpec) -> archive.Selection:
 
 
 def decoded_path(paths: warehouse.PipelinePaths, run_id: str, kind: str) -> str:
-    return str(paths.run_dir(run_id) / DECODED_FOLDER / f"record_kind={kind}")
+    return str(paths.run_dir(run_id) / decoded_kind_folder(kind))
 
 
 class StageClock:
@@ -162,22 +169,26 @@ def read_slice(
     (files, per partition extents and duplicates, offset gaps, unreadable files left out). ``archive.layout: kafka``
     reads the pipeline's topics from the cluster instead (cdcreplay.kafka_source), with the same columns and manifest.
     """
-    if pipeline.archive.layout == "kafka":
-        return kafka_source.read_slice(spark, pipeline, selection_for(pipeline, spec))
-    files, unreadable = archive.readable_files(
-        archive.archive_files(config.archive_path(pipeline), pipeline.archive.layout),
-        pipeline.archive.layout,
-        pipeline.archive.skip_unreadable_files,
-    )
-    raw = archive.read_archive(spark, files, pipeline.archive.layout)
     selection = selection_for(pipeline, spec)
-    if selection.offsets:
-        topics_only = archive.select_records(raw, archive.Selection(topics=selection.topics))
-        archive.check_offset_ranges(selection.offsets, archive.partition_extents(topics_only))
+    unreadable, source_facts = [], {}
+    if pipeline.archive.layout == "kafka":
+        # The offset ranges are resolved and checked through the brokers before the read (kafka_source).
+        files, raw, source_facts = kafka_source.read_topics(spark, pipeline, selection)
+    else:
+        files, unreadable = archive.readable_files(
+            archive.archive_files(config.archive_path(pipeline), pipeline.archive.layout),
+            pipeline.archive.layout,
+            pipeline.archive.skip_unreadable_files,
+        )
+        raw = archive.read_archive(spark, files, pipeline.archive.layout)
+        if selection.offsets:
+            topics_only = archive.select_records(raw, archive.Selection(topics=selection.topics))
+            archive.check_offset_ranges(selection.offsets, archive.partition_extents(topics_only))
     selected = archive.select_records(raw, selection)
     extents = archive.partition_extents(selected)
     gaps = archive.offset_gaps(selected) if any(e["missing_offsets"] for e in extents) else []
-    return files, selected, archive.build_manifest(files, extents, gaps, selection, unreadable)
+    manifest = archive.build_manifest(files, extents, gaps, selection, unreadable)
+    return files, selected, {**manifest, **source_facts}
 
 
 def decode(

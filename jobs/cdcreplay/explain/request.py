@@ -20,13 +20,13 @@ from decimal import Decimal, InvalidOperation
 
 from cdcreplay.config import ConfigError, LoadedConfig, PipelineConfig, load_config
 from cdcreplay.contracts import (
-    DECODED_FOLDER,
     RECONCILE_DIFF,
     RECONCILE_METRICS,
     RUN_FOLDER_NAME,
     RUN_ID_MAX,
     SUMMARY_FILE,
     RunSummary,
+    decoded_kind_folder,
 )
 from cdcreplay.formats.routing import KIND_CHANGE, KIND_QUARANTINE, key_text
 from cdcreplay.warehouse import PipelinePaths, is_legacy, read_current, read_json
@@ -55,7 +55,7 @@ class RunFiles:
         return self.decoded and self.summary.base_state is None
 
     def decoded_path(self, kind: str) -> str:
-        return f"{self.folder}/{DECODED_FOLDER}/record_kind={kind}"
+        return f"{self.folder}/{decoded_kind_folder(kind)}"
 
     @property
     def changelog_path(self) -> str:
