@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 import textwrap
 
 import pytest
 
 from cdcreplay.config import ConfigError, load_config
+from cdcreplay.formats import REGISTRY, decoder
 from cdcreplay.run_spec import OffsetRange, RunSpec, build_run_spec, safe_run_id
 
 VALID = """
@@ -128,7 +130,8 @@ def test_run_spec_round_trips_and_normalises_times(tmp_path):
         ({"offsets": {"t": {"0": {"from": 0}}}}, r'parameter offsets.t.0: expected \{"start": <first offset>'),
         ({"offsets": {"t": {"0": {"start": 5, "until": 5}}}}, r"need whole numbers with 0 <= start < until"),
         ({"tables": ["shop.orders; rm -rf /"]}, r"parameter tables: 'shop.orders; rm -rf /' is not a valid name"),
-        ({"dry_run": "yes"}, r"dry_run and full_rebuild must be true or false"),
+        ({"dry_run": "yes"}, r"dry_run, full_rebuild and resume must be true or false"),
+        ({"resume": "yes"}, r"dry_run, full_rebuild and resume must be true or false"),
     ],
 )
 def test_run_parameter_errors(tmp_path, params, message):
@@ -215,3 +218,13 @@ def test_cdcreplay_validate_runs_the_format_checks_too(tmp_path, capsys):
     text = "warehouse: wh\npipelines:\n  - {name: p, format: drs-json-c, archive: {path: archive}, options: {timestamp_zone: Mars/Olympus}}\n"
     assert main(["validate", "--config", str(write(tmp_path, text))]) == 2
     assert "pipeline p: options.timestamp_zone 'Mars/Olympus' is not a time zone" in capsys.readouterr().err
+
+
+def test_every_registered_decoder_has_the_one_decode_signature():
+    """The pipeline calls every format's decoder the same way (``formats``): records, the pipeline, and the state the
+    run builds on as a keyword that only patch-applying decoders (DRS DDS) read."""
+    for format_id in REGISTRY:
+        parameters = inspect.signature(decoder(format_id)).parameters
+        assert list(parameters) == ["records", "pipeline", "base_state"], format_id
+        assert parameters["base_state"].kind is inspect.Parameter.KEYWORD_ONLY, format_id
+        assert parameters["base_state"].default is None, format_id

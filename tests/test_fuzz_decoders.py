@@ -366,7 +366,7 @@ def decode_batch(spark, pipeline: PipelineConfig, records: list[Record]) -> list
     parquet = write_parquet(records, folder / "batch.parquet")
     raw = archive.read_archive(spark, [str(parquet)], "parquet")
     decode = decoder(pipeline.format)
-    decoded = decode(raw, pipeline, base_state=None) if REGISTRY[pipeline.format].reads_state else decode(raw, pipeline)
+    decoded = decode(raw, pipeline, base_state=None)
     columns = ("topic", "partition", "offset", "record_kind", "reason", "detail", "raw_key", "raw_value")
     return [r.asDict() for r in decoded.select(*columns).collect()]
 

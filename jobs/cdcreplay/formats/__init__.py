@@ -1,7 +1,9 @@
 """Format registry: a stable id per vendor change format, the module that decodes it, and the options it takes.
 
-Every decoder module has ``decode(records: DataFrame, pipeline: PipelineConfig) -> DataFrame`` returning
+Every decoder module has one signature, ``decode(records, pipeline, *, base_state=None) -> DataFrame``, returning
 ``formats.common.DECODED_DDL`` columns; ``record_kind`` routes each row to the changelog, control log or quarantine.
+``base_state`` is the state the run builds on (None on a full rebuild). Most changes carry whole rows and need nothing
+else; a decoder whose changes are patches onto the stored row (DRS DDS: ``$set`` into embedded documents) reads it.
 A new format is one module plus one entry in ``REGISTRY``. No pyspark import here: the config validation (and the
 Airflow task that runs it) reads this registry without starting Spark.
 
@@ -38,9 +40,6 @@ class FormatSpec:
     module: str
     summary: str
     options: dict[str, FormatOption] = field(default_factory=dict)
-    # The decoder applies changes onto stored rows itself (DRS DDS `$set` into embedded documents), so it is given
-    # the published state: ``decode(records, pipeline, base_state=...)``.
-    reads_state: bool = False
 
 
 REGISTRY: dict[str, FormatSpec] = {
@@ -119,7 +118,6 @@ REGISTRY: dict[str, FormatSpec] = {
     "drs-dds-json": FormatSpec(
         "cdcreplay.formats.drs_dds_json",
         "Huawei DRS JSON for DDS (MongoDB): shell-syntax documents, $set/$unset applied to the stored document",
-        reads_state=True,
     ),
     "drs-avro": FormatSpec(
         "cdcreplay.formats.drs_avro",

@@ -282,5 +282,5 @@ def decode_natively(records: DataFrame, pipeline: PipelineConfig, record_count: 
     return canal_native.native_rows(records, pipeline, plans) if plans else None
 
 
-def decode(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
+def decode(records: DataFrame, pipeline: PipelineConfig, *, base_state: DataFrame | None = None) -> DataFrame:
     return decode_by_reader(records, pipeline, reads_natively, decode_natively, decode_in_python)

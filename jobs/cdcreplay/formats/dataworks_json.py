@@ -416,7 +416,7 @@ def _with_partners(records: DataFrame) -> DataFrame:
     return updates.select(*RECORD_COLUMNS, "before_partner", "after_partner").unionByName(others)
 
 
-def decode(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
+def decode(records: DataFrame, pipeline: PipelineConfig, *, base_state: DataFrame | None = None) -> DataFrame:
     zone = zone_of(time_zone_of(pipeline))
     configured = Routing.of(pipeline)  # the keys and types the config declares, as routing applies them
     settings = (configured.keys, configured.types, zone)

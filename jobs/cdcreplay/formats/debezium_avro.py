@@ -231,5 +231,5 @@ def decode_natively(records: DataFrame, pipeline: PipelineConfig, record_count: 
     return native_rows(records, pipeline, plans, keys) if plans and keys else None
 
 
-def decode(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
+def decode(records: DataFrame, pipeline: PipelineConfig, *, base_state: DataFrame | None = None) -> DataFrame:
     return decode_by_reader(records, pipeline, reads_natively, decode_natively, decode_in_python)

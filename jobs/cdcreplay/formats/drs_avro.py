@@ -249,7 +249,7 @@ def wire_of(pipeline: PipelineConfig) -> AvroWire:
     )
 
 
-def decode(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
+def decode(records: DataFrame, pipeline: PipelineConfig, *, base_state: DataFrame | None = None) -> DataFrame:
     wire = wire_of(pipeline)
     # Confluent framing with one configured schema (no registry export): the id names the registry's copy of it.
     confluent_with_writer = wire.framing == "confluent" and not wire.registry_dir

@@ -429,7 +429,7 @@ def table_id_of(db: Column, schema: Column, table: Column) -> Column:
     return F.when(parts[2].isNotNull(), F.concat_ws(".", *parts))
 
 
-def decode(records: DataFrame, pipeline: PipelineConfig, base_state: DataFrame | None = None) -> DataFrame:
+def decode(records: DataFrame, pipeline: PipelineConfig, *, base_state: DataFrame | None = None) -> DataFrame:
     """Raw records (+ the previously published state) -> decoded rows (``formats.common.DECODED_DDL``)."""
     entry_struct = S.struct_type(ENTRY_DDL).simpleString()
     arrow_entries = _entry_arrow_type()

@@ -14,5 +14,5 @@ def check_config(pipeline: PipelineConfig) -> None:
     timestamp_zone_of(pipeline)
 
 
-def decode(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
+def decode(records: DataFrame, pipeline: PipelineConfig, *, base_state: DataFrame | None = None) -> DataFrame:
     return decode_variant(records, pipeline, VARIANTS[FORMAT_ID])

@@ -10,5 +10,5 @@ from cdcreplay.formats.drs_json import FORMAT_RDBMS, VARIANTS, decode_variant
 FORMAT_ID = FORMAT_RDBMS
 
 
-def decode(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
+def decode(records: DataFrame, pipeline: PipelineConfig, *, base_state: DataFrame | None = None) -> DataFrame:
     return decode_variant(records, pipeline, VARIANTS[FORMAT_ID])

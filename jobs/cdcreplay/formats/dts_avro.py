@@ -268,6 +268,6 @@ def reader_of(pipeline: PipelineConfig) -> DtsReader:
     return DtsReader(str(path))
 
 
-def decode(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
+def decode(records: DataFrame, pipeline: PipelineConfig, *, base_state: DataFrame | None = None) -> DataFrame:
     configured = {table_id: dict(table.column_types) for table_id, table in pipeline.tables.items()}
     return decode_with_python(records, partial(decode_record, reader_of(pipeline), configured), pipeline)

@@ -205,7 +205,7 @@ def _json_map(image: dict[str, str | None]) -> str:
     return "{" + ",".join(f"{json_string(k)}:{'null' if v is None else json_string(v)}" for k, v in image.items()) + "}"
 
 
-def decode(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
+def decode(records: DataFrame, pipeline: PipelineConfig, *, base_state: DataFrame | None = None) -> DataFrame:
     check_config(pipeline)
     tables = {
         table_id: (list(table.primary_key), dict(table.column_types))

@@ -245,7 +245,7 @@ def make_decoder(index: MetadataIndex, registry: ConfluentSchemas):
     return decode_record
 
 
-def decode(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
+def decode(records: DataFrame, pipeline: PipelineConfig, *, base_state: DataFrame | None = None) -> DataFrame:
     registry = schemas_for(pipeline)
     return decode_qlik(
         records, pipeline, metadata_candidates, parse_metadata, lambda index: make_decoder(index, registry)

@@ -98,5 +98,5 @@ def make_decoder(index: MetadataIndex):
     return decode_record
 
 
-def decode(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
+def decode(records: DataFrame, pipeline: PipelineConfig, *, base_state: DataFrame | None = None) -> DataFrame:
     return decode_qlik(records, pipeline, metadata_candidates, parse_metadata, make_decoder)
