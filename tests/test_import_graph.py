@@ -98,6 +98,9 @@ def loaded_with(path: Path, module: str) -> set[str]:
         seen.add(owner)
         todo.extend(imports_of(MODULES[owner], owner, top_level_only=True) - reached)
         todo.extend(graph[owner] - seen)
+        # Importing a module runs its packages' __init__ first (cdcreplay.explain.story loads cdcreplay.explain).
+        parts = owner.split(".")
+        todo.extend(p for p in (".".join(parts[:i]) for i in range(1, len(parts))) if p in MODULES and p not in seen)
     return reached
 
 

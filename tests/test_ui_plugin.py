@@ -14,6 +14,7 @@ the menu entry, and the reconcile task's extra link. The screenshot goes to var/
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import html
 import json
 import os
@@ -387,7 +388,10 @@ def test_the_pages_render_the_hand_made_runs(hand_made):
     write_run(hand_made.root, "orders_db", "hostile", generated_at="2026-01-03T00:00:00+00:00", diff=hostile)
     page = hand_made.diff("orders_db", "hostile")
     body = pages.render("diff.html", run=hand_made.run("orders_db", "hostile"), page=page, limit=200, root="")
-    assert '<td class="mono">[&#34;&lt;b&gt;k&lt;/b&gt;&#34;]</td>' in body
+    assert (
+        'key=%5B%22%3Cb%3Ek%3C%2Fb%3E%22%5D" title="the story of this key">[&#34;&lt;b&gt;k&lt;/b&gt;&#34;]</a></td>'
+        in body
+    )
     assert '<span class="mono">&lt;script&gt;alert(1)&lt;/script&gt;</span>' in body
     assert "<script>" not in body and "<b>k</b>" not in body
 
@@ -439,6 +443,323 @@ def test_the_view_serves_a_warehouse_on_s3_as_it_serves_the_same_warehouse_on_di
         local = served(hand_made)
         assert served(on_s3) == local
     assert local[f"{base}/report.md"] == ("text/markdown; charset=utf-8", "# Reconciliation report\n")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# A key's story (cdcreplay explain) in the view: the routes over the hand-made warehouse, a stand-in for the CLI
+# --------------------------------------------------------------------------------------------------------------------
+
+RUN = "manual__2026-01-02"
+EXPLAIN = f"/runs/orders_db/{RUN}/explain"
+# The published pointer's tables as a run writes them: key columns and column types.
+POINTER_TABLES = {
+    "shop.orders": {
+        "key_columns": ["order_id"],
+        "columns": [["order_id", "int"], ["amount", "decimal(10,2)"], ["note", "string"]],
+    },
+    "shop.customers": {"key_columns": ["id"], "columns": [["id", "int"], ["name", "string"]]},
+}
+LOST_AMOUNT = (
+    "the snapshot at position [4,100,0] (offset 10) shows amount=12.50; no archived event for this key sets "
+    "amount=12.50 after the one at offset 2; the newest event before the snapshot (offset 5) sets amount=13.00"
+)
+
+
+def hand_made_story() -> dict:
+    """The story explain tells of key ["7"] of shop.orders in the hand-made run: inserted, updated, then read by the
+    resync snapshot with the update's amount lost."""
+    from cdcreplay.explain.story import (
+        Epoch,
+        Event,
+        Explanation,
+        LostChange,
+        NewestBefore,
+        PublishedRow,
+        Reconciliation,
+        Source,
+        StateRow,
+        Winner,
+    )
+
+    def event(seq, op, position, partition, offset, after, changed, **more):
+        return Event(
+            seq, op, position, "t.shop.orders", partition, offset, 0, f"2026-01-02T0{seq}:00:00.000000Z", [RUN],
+            after, None, changed, after, **more,
+        )  # fmt: skip
+
+    inserted = {"order_id": "7", "amount": "12.50", "note": None}
+    updated = {"order_id": "7", "amount": "13.00", "note": "x"}
+    read = {"order_id": "7", "amount": "12.50", "note": None}
+    epoch = Epoch(RUN, 2, "reconciled", "fail", "{}", "{}")
+    differences = [
+        {"column": "amount", "snapshot_value": "12.50", "incremental_value": "13.00"},
+        {"column": "note", "snapshot_value": None, "incremental_value": "x"},
+    ]
+    run_dir = f"/wh/orders_db/runs/{RUN}"
+    story = Explanation(
+        pipeline="orders_db",
+        format="debezium-json",
+        table_id="shop.orders",
+        key={"order_id": "7"},
+        key_text='["7"]',
+        run_id=RUN,
+        runs=[RUN],
+        sources=[
+            Source("changelog", f"{run_dir}/decoded/record_kind=changelog", "read", RUN, 3),
+            Source(
+                "quarantine",
+                f"{run_dir}/decoded/record_kind=quarantine",
+                "none",
+                RUN,
+                0,
+                "the run quarantined no record",
+            ),
+        ],
+        events=[
+            event(1, "insert", "[4,10,0]", 1, 2, inserted, ["amount", "note", "order_id"]),
+            event(2, "update", "[4,90,0]", 1, 5, updated, ["amount", "note"]),
+            event(3, "snapshot", "[4,100,0]", 0, 10, read, ["amount", "note"], winner=True, epoch=epoch),
+        ],
+        winner=Winner(
+            3,
+            "live",
+            "position",
+            2,
+            "last in compaction order: its source position [4,100,0] comes "
+            "after [4,90,0] of #2 (offset 5); the source position decides",
+        ),
+        reconciliation=[Reconciliation(RUN, 2, "mismatch", differences, 3, 2, "update")],
+        lost_changes=[
+            LostChange(
+                kind="column",
+                run_id=RUN,
+                epoch_no=2,
+                proven=True,
+                text=LOST_AMOUNT,
+                snapshot_seq=3,
+                snapshot_position="[4,100,0]",
+                snapshot_offset=10,
+                column="amount",
+                snapshot_value="12.50",
+                incremental_value="13.00",
+                set_by=[1],
+                newest_before=NewestBefore(2, "update", "t.shop.orders", 1, 5, "[4,90,0]", "13.00"),
+            ),
+        ],
+        state=StateRow(1, False, "snapshot", "t.shop.orders", 0, 10, "[4,100,0]", "2026-01-02T03:00:00.000000Z", 3),
+        published=PublishedRow("v2", RUN, 1, {"order_id": 7, "amount": "12.50", "note": None}, {"_op": "snapshot"}, 3),
+    )
+    return story.to_json()
+
+
+@pytest.fixture
+def story_client(hand_made, tmp_path, monkeypatch):
+    """The app's routes over the hand-made warehouse, published tables named in its pointer; explain stood in for by
+    ``stand_in`` (a small Python program), its starts counted in ``client.started``."""
+    from cdcreplay_ui import app as view
+    from cdcreplay_ui import stories
+    from fastapi.testclient import TestClient
+
+    pointer = {"run_id": RUN, "state_version": 1, "tables": POINTER_TABLES}
+    (hand_made.root / "orders_db" / "_CURRENT.json").write_text(json.dumps(pointer), encoding="utf-8")
+    monkeypatch.setattr(view, "open_warehouse", lambda: (hand_made, "pipelines.yaml"))
+    monkeypatch.setenv("CDCREPLAY_CONFIG", "/etc/cdcreplay/pipelines.yaml")
+    app = view.create_app()
+    app.dependency_overrides[view.require_reader] = lambda: None
+    started: list[list[str]] = []
+
+    def stand_in(config_path, asked):
+        started.append(stories.explain_arguments(config_path, asked))
+        return [sys.executable, "-c", client.program]
+
+    monkeypatch.setattr(stories, "subprocess_command", stand_in)
+    with TestClient(app) as client:
+        client.started, client.program, client.warehouse = started, "raise SystemExit(3)", hand_made
+        yield client
+    deadline = time.monotonic() + 30  # no stand-in outlives its test
+    while any(name.startswith(str(hand_made.root)) for name in stories._RUNNING) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def story_files(client) -> tuple[Path, Path, Path]:
+    """The cached story of key ["7"] of shop.orders, its error file and its marker."""
+    from cdcreplay_ui import stories
+
+    asked = stories.story_key(client.warehouse, "orders_db", RUN, "shop.orders", '["7"]')
+    story = stories.story_file(client.warehouse, asked)
+    return Path(story), Path(stories.error_file(story)), Path(stories.marker_file(story))
+
+
+def wait_for(path: Path, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} was not written within {timeout} s"
+        time.sleep(0.05)
+
+
+def test_a_non_matching_key_links_to_its_story_and_differing_columns_are_marked(hand_made):
+    from cdcreplay_ui import pages
+
+    run = hand_made.run("orders_db", RUN)
+    page = hand_made.diff("orders_db", RUN)
+    body = pages.render("diff.html", run=run, page=page, limit=200, root="../../../")
+    link = '<a class="explain" href="explain?table=shop.orders&amp;key=%5B%227%22%5D" title="the story of this key">'
+    assert link + "[&#34;7&#34;]</a>" in body
+    assert 'href="explain?table=shop.customers&amp;key=%5B%222%22%5D"' in body  # in flight
+    assert 'href="explain?table=shop.orders&amp;key=%5B%228%22%5D"' in body  # missing in the changes
+    assert '<li class="differs" data-column="amount"><b>amount</b>: <span class="mono">12.50</span>' in body
+    assert '<li class="differs" data-column="note"><b>note</b>: <span class="mono">NULL</span>' in body
+    sample = hand_made.diff("orders_db", RUN, limit=20)  # the run page's sample links the same way
+    body = pages.render("run.html", run=run, sample=sample, suite=None, root="../../../")
+    assert link in body
+    matches = hand_made.diff("orders_db", RUN, ["match"])
+    body = pages.render("diff.html", run=run, page=matches, limit=200, root="../../../")
+    assert 'class="explain"' not in body and '<td class="mono">[&#34;1&#34;]</td>' in body
+
+
+@pytest.mark.parametrize(
+    ("query", "status", "message"),
+    [
+        (
+            "table=shop.nope&key=%5B%227%22%5D",
+            404,
+            "table 'shop.nope' is not published by pipeline orders_db; published tables: shop.customers, shop.orders",
+        ),
+        ("key=%5B%227%22%5D", 400, "name the table: ?table=<table id>&key=<key>"),
+        ("table=shop.orders", 400, "name the key of shop.orders: ?table=shop.orders&key="),
+        (
+            "table=shop.orders&key=%5B%227%22,%228%22%5D",
+            400,
+            'key ["7","8"] has 2 value(s); table \'shop.orders\' is keyed by order_id',
+        ),
+        (
+            "table=shop.orders&key=7",
+            400,
+            "key 7 is neither the diff's key (a JSON array of texts, one per key column: order_id) nor a JSON object of the key columns",
+        ),
+        (
+            "table=shop.orders&key=%5B%22abc%22%5D",
+            400,
+            'key ["abc"]: column order_id is int: "abc" is not an integer; give e.g. 42',
+        ),
+        (
+            "table=shop.orders&key=%7B%22id%22:7%7D",
+            400,
+            "id is not a key column of table 'shop.orders'; its key columns are: order_id",
+        ),
+    ],
+)
+def test_a_story_is_asked_for_a_published_table_and_a_key_that_parses(story_client, query, status, message):
+    response = story_client.get(f"{EXPLAIN}?{query}")
+    assert (response.status_code, message in html.unescape(response.text)) == (status, True), response.text
+    assert story_client.started == []  # refused before any subprocess
+
+
+def test_a_story_of_an_unknown_run_or_pipeline_is_not_found(story_client):
+    assert story_client.get("/runs/orders_db/nope/explain?table=shop.orders&key=%5B%227%22%5D").status_code == 404
+    response = story_client.get("/runs/elsewhere/r1/explain?table=shop.orders&key=%5B%227%22%5D")
+    assert response.status_code == 404 and "pipeline 'elsewhere' is not in the config" in html.unescape(response.text)
+
+
+def test_a_cached_story_is_shown_with_its_lost_change_and_differing_columns_marked(story_client):
+    story, _, _ = story_files(story_client)
+    story.parent.mkdir(parents=True)
+    story.write_text(json.dumps(hand_made_story()), encoding="utf-8")
+    # The diff's key text and the key as explain takes it, number or text, name the same story.
+    for key in ("%5B%227%22%5D", "%7B%22order_id%22:7%7D", "%7B%22order_id%22:%227%22%7D"):
+        response = story_client.get(f"{EXPLAIN}?table=shop.orders&key={key}")
+        assert response.status_code == 200, response.text
+    assert story_client.started == []
+    body = response.text
+    assert (
+        f"{story.parent.relative_to(story_client.warehouse.root)}"
+        == f"orders_db/runs/{RUN}/reconcile/explain/shop.orders"
+    )
+    assert 'http-equiv="refresh"' not in body
+    assert f'<span class="tag proven">proven lost</span> {html.escape(LOST_AMOUNT, quote=True)}' in body
+    # The reconciliation names both differing columns; the events and the published row mark them where they show.
+    reconciliation = body[body.index('<table class="grid reconciliation">') :]
+    assert (
+        '<li class="differs" data-column="amount"><b>amount</b>: <span class="mono">12.50</span> → <span class="mono">13.00</span></li>'
+        in reconciliation
+    )
+    assert (
+        '<li class="differs" data-column="note"><b>note</b>: <span class="mono">NULL</span> → <span class="mono">x</span></li>'
+        in reconciliation
+    )
+    assert '<tr data-seq="3" class="winner">' in body and '<span class="winner-tag">WINNER</span>' in body
+    assert "epoch 2 of run manual__2026-01-02 (reconciled)" in body
+    assert '<li class="differs" data-column="amount"><b>amount</b>=<span class="mono">13.00</span></li>' in body
+    assert '<li><b>order_id</b>=<span class="mono">7</span></li>' in body  # the published row's typed value
+    assert "#3, the key is live: last in compaction order: its source position [4,100,0] comes after" in body
+    assert "t.shop.orders[1]@5" in body and "2026-01-02T02:00:00.000000Z" in body
+    assert f"/wh/orders_db/runs/{RUN}/decoded/record_kind=changelog" in body and "the run quarantined no record" in body
+    command = (
+        "cdcreplay explain --config /etc/cdcreplay/pipelines.yaml --pipeline orders_db --table shop.orders "
+        f"--key &#39;{{&#34;order_id&#34;: &#34;7&#34;}}&#39; --run-id {RUN}"
+    )
+    assert f'<pre class="command"><code>{command}</code></pre>' in body
+
+
+def test_a_story_is_worked_out_once_in_the_background_while_the_page_refreshes(story_client, tmp_path):
+    story, error, marker = story_files(story_client)
+    release = tmp_path / "release"
+    document = json.dumps(hand_made_story())
+    story_client.program = (
+        f"import pathlib, time\nwhile not pathlib.Path({str(release)!r}).exists(): time.sleep(0.05)\n"
+        f"print({document!r})"
+    )
+    first = story_client.get(f"{EXPLAIN}?table=shop.orders&key=%5B%227%22%5D")
+    assert first.status_code == 202
+    assert '<meta http-equiv="refresh" content="3">' in first.text
+    assert "The story is being worked out: <code>cdcreplay explain</code> started" in first.text
+    assert json.loads(marker.read_text(encoding="utf-8"))["command"].startswith("cdcreplay explain --config ")
+    again = story_client.get(f"{EXPLAIN}?table=shop.orders&key=%7B%22order_id%22:7%7D")
+    assert again.status_code == 202
+    assert story_client.started == [
+        ["explain", "--config", "/etc/cdcreplay/pipelines.yaml", "--pipeline", "orders_db", "--table", "shop.orders",
+         "--key", '{"order_id": "7"}', "--run-id", RUN],
+    ]  # fmt: skip
+    release.touch()
+    wait_for(story)
+    wait_for_gone(marker)
+    done = story_client.get(f"{EXPLAIN}?table=shop.orders&key=%5B%227%22%5D")
+    assert done.status_code == 200 and html.escape(LOST_AMOUNT, quote=True) in done.text
+    assert json.loads(story.read_text(encoding="utf-8")) == hand_made_story() and not error.exists()
+    assert len(story_client.started) == 1
+
+
+def wait_for_gone(path: Path, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while path.exists():
+        assert time.monotonic() < deadline, f"{path} is still there after {timeout} s"
+        time.sleep(0.05)
+
+
+def test_a_failed_story_shows_the_end_of_its_errors_until_asked_again(story_client):
+    story, error, marker = story_files(story_client)
+    story_client.program = (
+        "import sys\nfor n in range(1, 51): print(f'noise {n:02}', file=sys.stderr)\n"
+        "print('cdcreplay explain: the state cannot be read', file=sys.stderr)\nraise SystemExit(1)"
+    )
+    assert story_client.get(f"{EXPLAIN}?table=shop.orders&key=%5B%227%22%5D").status_code == 202
+    wait_for(error)
+    wait_for_gone(marker)
+    failed = story_client.get(f"{EXPLAIN}?table=shop.orders&key=%5B%227%22%5D")
+    assert failed.status_code == 500
+    assert "<h2>The story could not be worked out</h2>" in failed.text
+    assert (
+        "cdcreplay explain exited 1\n\n" in failed.text and "cdcreplay explain: the state cannot be read" in failed.text
+    )
+    assert "noise 12" in failed.text and "noise 11" not in failed.text  # the last 40 lines of its standard error
+    assert 'href="explain?table=shop.orders&amp;key=%5B%227%22%5D&amp;retry=1">Try again</a>' in failed.text
+    assert len(story_client.started) == 1 and not story.exists()
+    story_client.program = f"print({json.dumps(hand_made_story())!r})"
+    assert story_client.get(f"{EXPLAIN}?table=shop.orders&key=%5B%227%22%5D&retry=1").status_code == 202
+    wait_for(story)
+    wait_for_gone(marker)
+    assert story_client.get(f"{EXPLAIN}?table=shop.orders&key=%5B%227%22%5D").status_code == 200
+    assert len(story_client.started) == 2 and not error.exists()
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -524,6 +845,7 @@ def served(tmp_path_factory):
             "password": password,
             "warehouse": root / "warehouse",
             "drift": drift,
+            "config": config,
             "full_run": runs["2026-01-03"]["run_id"],
             "dry_run": runs["2026-01-04"]["run_id"],
         }
@@ -695,6 +1017,54 @@ def test_the_links_open_the_diff_rows_data_docs_manifest_and_report(served, brow
     page.get_by_role("link", name="report.md").click()
     report = (run_dir / "reconcile" / "report.md").read_text(encoding="utf-8")
     assert page.locator("body").inner_text().strip() == report.strip()
+
+
+@pytest.mark.airflow
+@pytest.mark.timeout(2400)
+def test_a_mismatched_key_opens_its_story_with_the_differing_column_and_the_lost_change(served, browser):
+    """From the diff rows to one lost change's story: the view runs the real `cdcreplay explain` (a JVM of its own)
+    in the background, the page refreshes itself until the story is there."""
+    from cdcreplay.run_spec import safe_run_id
+
+    page, full = browser, safe_run_id(served["full_run"])
+    drift = served["drift"][0]
+    key = json.dumps([str(k) for k in drift.key], separators=(",", ":"))
+    shown, replayed = (
+        str(v).lower() if isinstance(v, bool) else str(v) for v in (drift.snapshot_value, drift.true_value)
+    )
+    page.goto(f"{served['url']}/cdcreplay/runs/{FAILING_PIPELINE}/{full}/diff")
+    [row] = [
+        r for r in page.locator("table.grid tbody tr").all() if cells(r)[:4] == [drift.table_id, "2", key, "mismatch"]
+    ]
+    row.locator("a.explain").click()
+    page.wait_for_url(f"**/cdcreplay/runs/{FAILING_PIPELINE}/{full}/explain?**")
+    assert page.locator("pre.command").inner_text().startswith(f"cdcreplay explain --config {served['config']} ")
+    # The first answer says the story is being worked out; the page reloads itself until it is there.
+    page.locator("[data-story='ready'], [data-story='failed']").first.wait_for(timeout=600_000)
+    assert page.locator("[data-story='failed']").count() == 0, page.locator("[data-story='failed']").inner_text()
+    pointer = json.loads((served["warehouse"] / FAILING_PIPELINE / "_CURRENT.json").read_text(encoding="utf-8"))
+    key_columns = pointer["tables"][drift.table_id]["key_columns"]
+    named = json.dumps(dict(zip(key_columns, json.loads(key), strict=True)))
+    assert page.locator("h1").inner_text() == f"Key {named} of {drift.table_id}"
+
+    # The differing column, highlighted, with the snapshot's value and the replayed one.
+    differs = page.locator(f"table.reconciliation li.differs[data-column='{drift.column}']")
+    assert differs.inner_text() == f"{drift.column}: {shown} → {replayed}"
+    highlight = differs.locator("b").evaluate("element => getComputedStyle(element).backgroundColor")
+    assert highlight == "rgb(255, 229, 143)"
+    assert cells(page.locator("table.reconciliation tbody tr"))[:3] == [full, "2", "mismatch"]
+    # The lost change, named in words: the snapshot shows a value no archived event of the key sets.
+    lost = " ".join(page.locator("ul.lost li").inner_text().split())
+    assert lost.startswith("proven lost the snapshot at position ")
+    assert f"shows {drift.column}={shown}; no archived event for this key sets {drift.column}={shown}" in lost
+    assert lost.endswith(f"sets {drift.column}={replayed}")
+    assert page.locator("table.events tr.winner").count() == 1
+    page.screenshot(path=str(SCREENSHOTS / "explain.png"), full_page=True)
+    # Cached in the run folder: asked again, the story is there at once.
+    cached = served["warehouse"] / FAILING_PIPELINE / "runs" / full / "reconcile" / "explain" / drift.table_id
+    assert (cached / f"{hashlib.sha256(key.encode()).hexdigest()}.json").is_file()
+    page.reload()
+    assert page.locator("[data-story='ready']").count() == 1
 
 
 @pytest.mark.airflow

@@ -6,6 +6,8 @@ UI uses, or an ``Authorization: Bearer`` header) and allowed to read the runs of
 browser that is not logged in is sent to Airflow's login page and back.
 
 All links in the pages are relative, so the view works under any ``[api] base_url`` and inside the UI's iframe.
+The view never starts Spark in its own process: a key's story (``cdcreplay explain``) runs as a subprocess whose JSON
+is cached in the run folder (``stories``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse, Red
 
 from cdcreplay.config import ConfigError
 from cdcreplay.storage import Location
-from cdcreplay_ui import pages
+from cdcreplay_ui import pages, stories
 from cdcreplay_ui.runs_index import DEFAULT_DIFF_STATUSES, RUN_FILES, NotFound, Refused, Warehouse
 
 REPO = Path(__file__).resolve().parents[2]
@@ -132,6 +134,29 @@ def create_app() -> FastAPI:
         run = warehouse.run(pipeline, run_id)
         page = warehouse.diff(pipeline, run_id, tuple(status or DEFAULT_DIFF_STATUSES), table or None, limit)
         return pages.render("diff.html", run=run, page=page, limit=limit, root=_relative_root(request))
+
+    @router.get("/runs/{pipeline}/{run_id}/explain", **_HTML)
+    def explain_page(
+        request: Request, pipeline: str, run_id: str, table: str | None = None, key: str | None = None, retry: str = ""
+    ):
+        """A key's story (``cdcreplay explain``): worked out in a subprocess on the first request, then cached in the
+        run folder; until then the page says so and refreshes itself (see ``stories``)."""
+        warehouse, _ = open_warehouse()
+        run = warehouse.run(pipeline, run_id)
+        asked = stories.story_key(warehouse, pipeline, run_id, table, key)
+        config = config_path()
+        state = stories.story_state(warehouse, asked, config, retry=bool(retry))
+        body = pages.render(
+            "explain.html",
+            run=run,
+            asked=asked,
+            state=state,
+            command=stories.shell_command(config, asked),
+            refresh=stories.REFRESH_SECONDS if state.status == stories.PENDING else None,
+            root=_relative_root(request),
+        )
+        status = {stories.READY: 200, stories.PENDING: 202, stories.FAILED: 500}[state.status]
+        return HTMLResponse(body, status_code=status)
 
     @router.get("/runs/{pipeline}/{run_id}/manifest.json")
     def manifest(pipeline: str, run_id: str):

@@ -4,6 +4,9 @@ lost, quarantined records naming it, its tombstone, and its published row with p
 
 ``request`` checks the arguments without Spark; ``gather`` reads the warehouse; ``analysis`` works out the story
 from the key's few rows; ``story`` is the data (``--json``), ``render`` the words.
+
+Only ``gather`` needs Spark, and it is loaded when first used (``explain_key``, ``main``): the reconciliation view
+imports ``request`` and ``story`` in Airflow's api-server, which must not load pyspark.
 """
 
 from __future__ import annotations
@@ -12,11 +15,9 @@ import argparse
 import json
 import sys
 
-from cdcreplay.explain.gather import explain_key
 from cdcreplay.explain.render import render_explanation
 from cdcreplay.explain.request import ExplainRequest, resolve_request
 from cdcreplay.explain.story import EXPLAIN_FORMAT, Explanation
-from cdcreplay.spark import build_session
 
 __all__ = ["EXPLAIN_FORMAT", "ExplainRequest", "Explanation", "explain_key", "main", "render_explanation"]
 
@@ -37,6 +38,9 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str], out=None) -> int:
     """Check the arguments (ConfigError, before any Spark work), gather the story, print it to ``out`` (standard
     output by default); 0."""
+    from cdcreplay.explain.gather import explain_key
+    from cdcreplay.spark import build_session
+
     out = out or sys.stdout
     args = parser().parse_args(argv)
     request = resolve_request(args.config, args.pipeline, args.table, args.key, args.run_id)
@@ -47,3 +51,12 @@ def main(argv: list[str], out=None) -> int:
     else:
         out.write(render_explanation(story) + "\n")
     return 0
+
+
+def __getattr__(name: str):
+    """``explain_key`` is gather's, loaded with pyspark on first use."""
+    if name == "explain_key":
+        from cdcreplay.explain.gather import explain_key
+
+        return explain_key
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
