@@ -1,4 +1,4 @@
-"""Shared fixtures: one SparkSession for the whole run (cold start costs ~8 s), paths to test data."""
+"""Shared fixtures: one SparkSession for the whole run (cold start costs ~8 s), paths to test data; the test tiers."""
 
 from __future__ import annotations
 
@@ -15,6 +15,37 @@ os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # keep Spark on loopback
 # py4j logs "Closing down clientserver connection" from __del__ at interpreter exit, after pytest closed the streams.
 logging.getLogger("py4j").setLevel(logging.WARNING)
+
+# The tiers (README, "Development"): every test gets exactly one of these markers, so `-m` picks a tier.
+#   unit    no Spark, no service: config, contracts, registry, value rules, the import graph
+#   spark   one shared SparkSession: compaction, reconciliation, state, publishing, explain, archive reading
+#   formats the decoders against real messages and simulated histories: conformance, truth, fuzz, vendor formats
+#   system  real services and whole stacks: Airflow, the cluster, the browser, crash safety, compose, S3, Kafka
+FORMAT_TESTS = {
+    "test_alibaba_formats", "test_alibaba_truth", "test_canal_key_change", "test_conformance", "test_debezium_avro",
+    "test_debezium_connectors", "test_debezium_python", "test_dts_avro", "test_fuzz_decoders", "test_huawei_dds",
+    "test_huawei_formats", "test_mongo_shell", "test_native_avro", "test_native_canal", "test_native_decoding",
+    "test_python_decoding", "test_qlik", "test_truth", "test_value_decoding",
+}  # fmt: skip
+SYSTEM_TESTS = {
+    "test_airflow_run", "test_benchmark_run", "test_cluster", "test_compose", "test_crash_safety", "test_kafka_source",
+    "test_s3", "test_trigger_form",
+}  # fmt: skip
+TIERS = ("unit", "spark", "formats", "system")
+
+
+def tier_of(item) -> str:
+    module = item.path.stem
+    if module in SYSTEM_TESTS or item.get_closest_marker("airflow"):
+        return "system"
+    if module in FORMAT_TESTS:
+        return "formats"
+    return "spark" if "spark" in item.fixturenames else "unit"
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        item.add_marker(getattr(pytest.mark, tier_of(item)))
 
 
 @pytest.fixture(scope="session")
