@@ -18,7 +18,7 @@ from airflow.sdk import BaseOperatorLink, CronDataIntervalTimetable, Param, Trig
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 # The product's own names (no pyspark): the form's name pattern is the rule the jobs check again.
-from cdcreplay.contracts import NAME_PATTERN
+from cdcreplay.contracts import KAFKA_PROPERTIES_NOT_FROM_ENVIRONMENT, NAME_PATTERN, kafka_variable
 
 # The jobs ship in the same repository (or DAG bundle) as this file: <repo>/dags/<this file>, <repo>/jobs/*.py.
 REPO = Path(__file__).resolve().parents[1]
@@ -171,14 +171,21 @@ class ReconciliationReportLink(BaseOperatorLink):
 S3_CONNECTION_ID = os.environ.get("CDCREPLAY_S3_CONN_ID") or "cdcreplay_s3"
 
 
-def object_store_environment() -> dict[str, str]:
-    """The AWS_* variables of the S3 connection, or none when it is not defined (read when a task runs)."""
+def _connection(connection_id: str):
+    """The Airflow connection of this id, or None when it is not defined (read when a task runs)."""
     from airflow.sdk import BaseHook
     from airflow.sdk.exceptions import AirflowNotFoundException
 
     try:
-        connection = BaseHook.get_connection(S3_CONNECTION_ID)
+        return BaseHook.get_connection(connection_id)
     except AirflowNotFoundException:
+        return None
+
+
+def object_store_environment() -> dict[str, str]:
+    """The AWS_* variables of the S3 connection, or none when it is not defined."""
+    connection = _connection(S3_CONNECTION_ID)
+    if connection is None:
         return {}
     extra = connection.extra_dejson
     found = {
@@ -190,11 +197,37 @@ def object_store_environment() -> dict[str, str]:
     return {name: value for name, value in found.items() if value}
 
 
+# A pipeline replayed from a Kafka cluster (archive.layout: kafka): the Airflow connection of this id, when it is
+# defined (conn type "kafka" of apache-airflow-providers-apache-kafka, or any type), holds the Kafka client settings
+# in its extra as that provider does, e.g. {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+# "sasl.jaas.config": "..."}. Each reaches the jobs as the CDCREPLAY_KAFKA_* variable cdcreplay.kafka_source reads.
+# The brokers' addresses stay in the pipelines file: a "bootstrap.servers" in the extra is not passed on.
+KAFKA_CONNECTION_ID = os.environ.get("CDCREPLAY_KAFKA_CONN_ID") or "cdcreplay_kafka"
+
+
+def kafka_environment() -> dict[str, str]:
+    """The CDCREPLAY_KAFKA_* variables of the Kafka connection, or none when it is not defined."""
+    connection = _connection(KAFKA_CONNECTION_ID)
+    if connection is None:
+        return {}
+    settings = connection.extra_dejson
+    return {
+        kafka_variable(name): str(value)
+        for name, value in settings.items()
+        if name not in KAFKA_PROPERTIES_NOT_FROM_ENVIRONMENT and value is not None
+    }
+
+
+def connection_environment() -> dict[str, str]:
+    """What the jobs and the Python tasks get from Airflow's connections: S3 and Kafka settings as variables."""
+    return {**object_store_environment(), **kafka_environment()}
+
+
 class CdcSparkSubmitOperator(SparkSubmitOperator):
-    """spark-submit of a job, with the S3 connection's credentials in its environment."""
+    """spark-submit of a job, with the S3 and Kafka connections' settings in its environment."""
 
     def execute(self, context):
-        self.env_vars = {**(self.env_vars or {}), **object_store_environment()}
+        self.env_vars = {**(self.env_vars or {}), **connection_environment()}
         return super().execute(context)
 
 
@@ -243,12 +276,14 @@ def spark_job(task_id: str, application: str, operator=CdcSparkSubmitOperator, *
 )
 def cdc_replay_nightly():
     @task(retries=0)
-    def validate_run(params=None, run_id=None, data_interval_start=None, data_interval_end=None) -> str:
-        """Turn the form and the data interval into a validated run spec (JSON) before any Spark work."""
+    def validate_run(params=None, run_id=None, data_interval_start=None, data_interval_end=None, dag_run=None) -> str:
+        """Turn the form and the data interval into a validated run spec (JSON) before any Spark work. A scheduled
+        run resumes: a Kafka pipeline reads on from where its published state stopped (its data interval bounds only
+        its first run); backfills and manual runs read their interval or range by timestamp or offset."""
         from cdcreplay.config import ConfigError, load_config
         from cdcreplay.run_spec import build_run_spec
 
-        os.environ.update(object_store_environment())
+        os.environ.update(connection_environment())
         params = dict(params or {})
         start, end = params.get("start"), params.get("end")
         # Explicit offsets and full rebuilds are not limited to one night unless the user says so.
@@ -267,6 +302,7 @@ def cdc_replay_nightly():
                 offsets=params.get("offsets"),
                 dry_run=params.get("dry_run", False),
                 full_rebuild=params.get("full_rebuild", False),
+                resume=getattr(dag_run, "run_type", None) == "scheduled",
             )
         except ConfigError as exc:
             # A bad parameter or config is not transient: fail without retrying, with the message that names the fix.

@@ -15,6 +15,7 @@ import sys
 import textwrap
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -283,7 +284,11 @@ def validate_run(nightly, config_file):
 
     def run(run_id="scheduled__2026-01-01T00:00:00+00:00", interval=INTERVAL, **params):
         form = {**nightly.params.validate(), "config": str(config_file), **params}
-        result = callable_(params=form, run_id=run_id, data_interval_start=interval[0], data_interval_end=interval[1])
+        # The DAG run's type, as Airflow names it in the run id (scheduled__, manual__, backfill__).
+        dag_run = SimpleNamespace(run_type=run_id.split("__")[0])
+        result = callable_(
+            params=form, run_id=run_id, data_interval_start=interval[0], data_interval_end=interval[1], dag_run=dag_run
+        )
         return json.loads(result)
 
     return run
@@ -301,7 +306,14 @@ def test_validate_run_uses_the_data_interval_when_start_and_end_are_empty(valida
         "offsets": [],
         "dry_run": False,
         "full_rebuild": False,
+        "resume": True,
     }
+
+
+def test_only_scheduled_runs_resume_where_the_state_stopped(validate_run):
+    assert validate_run()["resume"] is True
+    assert validate_run(run_id="manual__2026-11-22T10:00:00+00:00")["resume"] is False
+    assert validate_run(run_id="backfill__2026-01-01T00:00:00+00:00")["resume"] is False
 
 
 def test_validate_run_explicit_values_win(validate_run):
@@ -401,3 +413,44 @@ def test_validate_run_reports_config_errors_with_file_and_field(validate_run, co
     with pytest.raises(AirflowFailException, match=r"pipelines\.0\.format: unknown format 'avro'") as error:
         validate_run()
     assert str(config_file) in str(error.value)
+
+
+def test_the_kafka_connection_reaches_the_jobs_as_client_settings_without_the_brokers(tmp_path):
+    """The Airflow connection `cdcreplay_kafka` (its extra as apache-airflow-providers-apache-kafka keeps it) becomes
+    the CDCREPLAY_KAFKA_* environment the DAG gives spark-submit and its Python tasks, which the job reads back as the
+    same client properties; the brokers' address stays the pipelines file's."""
+    from cdcreplay.kafka_source import client_settings
+
+    extra = {
+        "bootstrap.servers": "elsewhere:9092",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required username="r" password="p";',
+    }
+    probe = (
+        "import importlib.util, json, sys\n"
+        f"spec = importlib.util.spec_from_file_location('cdc_replay_nightly', {str(DAGS / 'cdc_replay_nightly.py')!r})\n"
+        "dag = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(dag)\n"
+        "sys.stdout.write('\\n' + json.dumps([dag.kafka_environment(), dag.connection_environment()]))\n"
+    )
+
+    def environment_with(connection: dict | None) -> list[dict]:
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "AIRFLOW_HOME": str(tmp_path / "airflow")}
+        if connection is not None:
+            env["AIRFLOW_CONN_CDCREPLAY_KAFKA"] = json.dumps(connection)
+        result = subprocess.run(
+            [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120, check=False
+        )
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout.splitlines()[-1])
+
+    kafka, everything = environment_with({"conn_type": "kafka", "extra": extra})
+    assert kafka == {
+        "CDCREPLAY_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+        "CDCREPLAY_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+        "CDCREPLAY_KAFKA_SASL_JAAS_CONFIG": extra["sasl.jaas.config"],
+    }
+    assert everything == kafka  # no S3 connection defined
+    assert client_settings(kafka) == {name: value for name, value in extra.items() if name != "bootstrap.servers"}
+    assert environment_with(None) == [{}, {}]

@@ -19,8 +19,9 @@ import pytest
 import yaml
 
 from cdcreplay import pipeline as pipeline_module
+from cdcreplay.archiver import PROGRESS_FILE
 from cdcreplay.config import ConfigError, load_config
-from cdcreplay.entrypoints import EXIT_BAD_INPUT, EXIT_OK, replay_main
+from cdcreplay.entrypoints import EXIT_BAD_INPUT, EXIT_OK, archive_main, replay_main
 from cdcreplay.kafka_source import KafkaSourceError
 from cdcreplay.run_spec import build_run_spec
 from cdcreplay.warehouse import read_table
@@ -252,6 +253,7 @@ def write_pipelines(tmp_path: Path, archive: str, topics: str = "[t]") -> Path:
         ("{layout: kafka, bootstrap_servers: [b:9092], path: x}", "[t]", "path is not used with layout kafka"),
         ("{path: x, bootstrap_servers: [b:9092]}", "[t]", "bootstrap_servers applies to layout kafka only"),
         ("{layout: parquet}", "[t]", "path is required with layout parquet"),
+        ("{path: x, copy_to: y}", "[t]", "copy_to applies to layout kafka only"),
     ],
 )
 def test_a_kafka_source_config_error_names_the_field_and_the_fix(tmp_path, archive, topics, message):
@@ -310,3 +312,141 @@ def test_a_setting_the_client_rejects_fails_naming_the_variables(spark, replay, 
         read(spark, replay, "from_kafka")
     assert "CARRIER_PIGEON" in str(raised.value)
     assert str(raised.value).startswith("CDCREPLAY_KAFKA_* variables: the Kafka client rejects a setting")
+
+
+# -- nights that go on where the state stopped (--resume; the DAG's scheduled runs) ---------------------------------
+
+
+def _kafka_ranges(root: Path, pipeline: str, run_id: str) -> dict:
+    manifest = json.loads((root / pipeline / "runs" / run_id / "manifest.json").read_text())
+    return {(r["topic"], r["partition"]): (r["start"], r["until"]) for r in manifest["kafka"]["ranges"]}
+
+
+def test_resumed_nights_read_on_from_where_the_state_stopped_and_publish_what_the_archive_does(spark, replay):
+    warehouse = replay.root / "resumed"
+    document = yaml.safe_load(replay.config.read_text())
+    document["warehouse"] = str(warehouse)
+    config = replay.root / "resumed.yaml"
+    config.write_text(yaml.safe_dump(document), encoding="utf-8")
+    stamps = sorted({r.timestamp for r in replay.records})
+    middle = stamps[len(stamps) // 2]
+    run = ["--config", str(config), "--pipelines", "from_kafka", "--resume"]
+    # The first night has no state to go on from: its interval bounds it.
+    assert replay_main([*run, "--run-id", "night1", "--end", middle.isoformat()]) == EXIT_OK
+    # The second goes on from there to the log's end; an interval far in the future changes nothing.
+    assert replay_main([*run, "--run-id", "night2", "--start", "2099-01-01", "--end", "2099-01-02"]) == EXIT_OK
+    # A third night with nothing new reads nothing.
+    assert replay_main([*run, "--run-id", "night3"]) == EXIT_OK
+
+    first, second, third = (_kafka_ranges(warehouse, "from_kafka", night) for night in ("night1", "night2", "night3"))
+    ends = {(r.topic, r.partition): 0 for r in replay.records}
+    for r in replay.records:
+        ends[(r.topic, r.partition)] = max(ends[(r.topic, r.partition)], r.offset + 1)
+    assert set(first) == set(second) == set(third) == set(ends)
+    for partition, end in ends.items():
+        assert first[partition][0] == 0
+        assert second[partition] == (first[partition][1], end)  # disjoint, and together the whole log
+        assert third[partition] == (end, end)
+    assert any(first[p][1] not in (0, ends[p]) for p in ends)  # the cut fell inside the log
+    pointer = json.loads((warehouse / "from_kafka" / "_CURRENT.json").read_text())
+    assert pointer["kafka_read_to"] == {t: {str(p): end for (t2, p), end in ends.items() if t2 == t} for t, _ in ends}
+    assert pointer["run_id"] == "night2"  # the empty night published nothing
+
+    assert replay_main(["--config", str(config), "--pipelines", "from_archive", "--run-id", "all"]) == EXIT_OK
+    for table_id in replay.history.tables:
+        tables = [read_table(spark, str(warehouse), name, table_id) for name in ("from_kafka", "from_archive")]
+        rows = [sorted(tuple(row) for row in table.collect()) for table in tables]
+        assert rows[0] == rows[1], table_id
+
+
+def test_offsets_retention_deleted_before_a_resumed_run_read_them_are_a_reported_gap(spark, kafka, tmp_path):
+    from confluent_kafka import Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = "retention.probe"
+    admin = AdminClient({"bootstrap.servers": kafka})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": kafka})
+    for offset in range(10):
+        producer.produce(topic, value=b"{}", key=str(offset).encode(), partition=0)
+    assert producer.flush(30) == 0
+    deleted = admin.delete_records([TopicPartition(topic, 0, 6)])  # retention took offsets 0..5
+    for future in deleted.values():
+        future.result(30)
+    config = load_config(write_pipelines(tmp_path, f"{{layout: kafka, bootstrap_servers: [{kafka}]}}", f"[{topic}]"))
+    pipeline = config.project.pipeline("p")
+    spec = build_run_spec(config, run_id="probe", resume=True)
+
+    _, selected, manifest = pipeline_module.read_slice(spark, config, pipeline, spec, {topic: {"0": 2}})
+    assert coordinates(selected) == {(topic, 0, offset) for offset in range(6, 10)}
+    lost = [{"topic": topic, "partition": 0, "from_offset": 2, "to_offset": 5}]
+    assert manifest["kafka"]["lost_to_retention"] == lost
+    assert manifest["gaps"] == lost
+    assert manifest["kafka"]["resumed_from"] == {topic: {"0": 2}}
+
+    with pytest.raises(KafkaSourceError) as raised:  # a log that ends before where the state stopped
+        pipeline_module.read_slice(spark, config, pipeline, spec, {topic: {"0": 50}})
+    assert str(raised.value).startswith(
+        f"pipelines.p: partition {topic}/0 ends at offset 10, but it was read up to offset 50 before"
+    )
+    assert "a replay: --full-rebuild or --offsets" in str(raised.value)
+
+
+# -- the archiver: cdcreplay archive copies the topics into archive.copy_to ------------------------------------------
+
+
+def test_the_archiver_copies_each_offset_once_and_its_archive_replays_as_the_brokers_do(spark, replay, capsys):
+    copy = replay.root / "copied"
+    document = yaml.safe_load(replay.config.read_text())
+    document["warehouse"] = str(replay.root / "from-copy")
+    document["pipelines"][0]["archive"]["copy_to"] = str(copy)
+    document["pipelines"].append({"name": "from_copy", "format": replay.fmt, "archive": {"path": str(copy)}})
+    config = replay.root / "archiver.yaml"
+    config.write_text(yaml.safe_dump(document), encoding="utf-8")
+    archive = ["--config", str(config), "--pipeline", "from_kafka"]
+    stamps = sorted({r.timestamp for r in replay.records})
+
+    def progress() -> dict:
+        return json.loads((copy / PROGRESS_FILE).read_text())
+
+    def copied_files() -> dict:
+        return {p: p.read_bytes() for p in copy.rglob("*.parquet")}
+
+    # Up to a time first, then the rest: the second run goes on where the first stopped.
+    assert archive_main([*archive, "--end", stamps[len(stamps) // 2].isoformat()]) == EXIT_OK
+    first = progress()
+    assert archive_main(archive) == EXIT_OK
+    second = progress()
+    assert len(second["runs"]) == 2
+    before, after = ({(r["topic"], r["partition"]): r for r in run["ranges"]} for run in second["runs"])
+    for partition, later in after.items():
+        assert later["start"] == (before[partition]["until"] if partition in before else 0)
+        assert later["until"] == later["latest"]
+    files = copied_files()
+    # Nothing new: nothing written. A run that died before recording its progress is redone over the same folders.
+    assert archive_main(archive) == EXIT_OK
+    assert "nothing new" in capsys.readouterr().out
+    assert copied_files() == files and progress() == second
+    (copy / PROGRESS_FILE).write_text(json.dumps(first))
+    assert archive_main(archive) == EXIT_OK
+    assert progress()["read_to"] == second["read_to"]
+
+    # The copy holds every record once, as the simulator's archive does, and replays to the same tables.
+    _, from_copy, copy_manifest = read(spark, _with_config(replay, config), "from_copy")
+    _, from_archive, _ = read(spark, _with_config(replay, config), "from_archive")
+    assert raw_rows(from_copy) == raw_rows(from_archive)
+    assert copy_manifest["duplicates"] == 0
+    assert all(path.relative_to(copy).parts[0].startswith("kafka_topic=") for path in copy.rglob("*.parquet"))
+    run = ["--config", str(config), "--pipelines", "from_copy,from_archive", "--run-id", "all", "--full-rebuild"]
+    assert replay_main(run) == EXIT_OK
+    for table_id in replay.history.tables:
+        tables = [
+            read_table(spark, str(replay.root / "from-copy"), name, table_id) for name in ("from_copy", "from_archive")
+        ]
+        rows = [sorted(tuple(row) for row in table.collect()) for table in tables]
+        assert rows[0] == rows[1], table_id
+
+
+def test_archiving_a_pipeline_without_copy_to_fails_before_any_work_naming_the_fix(replay, capsys):
+    assert archive_main(["--config", str(replay.config), "--pipeline", "from_archive"]) == EXIT_BAD_INPUT
+    assert "give it archive.layout: kafka and archive.copy_to" in capsys.readouterr().err

@@ -6,6 +6,7 @@ cdcreplay show-table --config FILE --pipeline P --table T [--limit N]   publishe
 cdcreplay report     --config FILE [--run-id ID]         the summary of a run (default: the latest)
 cdcreplay explain    --config FILE --pipeline P --table T --key '{"id": 42}' [--run-id ID] [--json]
                                                           one key's whole story: events, winner, snapshots, quarantine
+cdcreplay archive    --config FILE --pipeline P [--end T]  copy a Kafka pipeline's topics into archive.copy_to
 cdcreplay simulate   ...                                  write a simulated archive (see --help)
 cdcreplay demo       [--events N] [--drift N]             the quick start: simulate, run the DAG in Airflow, check
 cdcreplay benchmark  ...                                  events/s per format (see --help)
@@ -113,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
             from cdcreplay.explain import main as explain_main
 
             return explain_main(rest)
+        if command == "archive":
+            from cdcreplay.entrypoints import archive_main
+
+            return archive_main(rest)
         if command == "run":
             from cdcreplay.entrypoints import reconcile_main, replay_main
 

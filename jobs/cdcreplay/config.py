@@ -97,13 +97,19 @@ class ArchiveConfig(_Strict):
         description="layout kafka: host:port of one or more brokers of the cluster (a list, or one comma-separated "
         "string). Credentials and TLS/SASL settings come from CDCREPLAY_KAFKA_* variables, never from this file.",
     )
+    copy_to: str | None = Field(
+        default=None,
+        description="layout kafka: folder or s3a:// prefix that `cdcreplay archive` copies the topics' records into, "
+        "as a Parquet archive (Spark's Kafka-source columns) that a pipeline with layout parquet replays; relative to "
+        "the config file.",
+    )
     skip_unreadable_files: bool = Field(
         default=False,
         description="parquet: leave out files that are not readable Parquet (truncated by an archiver killed "
         "mid-upload, or not Parquet at all), listing them in the run's manifest, instead of refusing the run.",
     )
 
-    @field_validator("path")
+    @field_validator("path", "copy_to")
     @classmethod
     def _path(cls, value):
         return None if value is None else _usable_path(value)
@@ -146,6 +152,10 @@ class ArchiveConfig(_Strict):
         else:
             if self.path is None:
                 raise ValueError(f"path is required with layout {self.layout}; give the archive's folder or file")
+            if self.copy_to is not None:
+                raise ValueError(
+                    "copy_to applies to layout kafka only (where `cdcreplay archive` copies the topics to); remove it"
+                )
             if self.bootstrap_servers:
                 raise ValueError(
                     "bootstrap_servers applies to layout kafka only; remove it, or set layout: kafka to read "
@@ -288,6 +298,10 @@ class LoadedConfig:
     @property
     def warehouse(self) -> str:
         return self.resolve(self.project.warehouse)
+
+    def copy_path(self, pipeline: PipelineConfig) -> str | None:
+        """Where ``cdcreplay archive`` copies a Kafka pipeline's topics (``archive.copy_to``, resolved), or None."""
+        return self.resolve(pipeline.archive.copy_to) if pipeline.archive.copy_to else None
 
     def archive_path(self, pipeline: PipelineConfig) -> str:
         """The archive's resolved path; for layout kafka, the cluster as kafka://host:port[,host:port]."""

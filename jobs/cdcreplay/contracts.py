@@ -46,6 +46,31 @@ RECONCILE_REPORT = f"{RECONCILE_FOLDER}/report.md"
 RECONCILE_DATA_DOCS = f"{RECONCILE_FOLDER}/data_docs"
 
 # -- the reconciliation: one status per compared key, one verdict per epoch and per run ------------------------------
+# Kafka client settings (TLS, SASL, credentials) reach a run only as the environment: each CDCREPLAY_KAFKA_<NAME> is
+# the client property <name> (lower case, "_" for "."). The DAG writes them from its Airflow connection, the jobs read
+# them (kafka_source). The brokers and what Spark's Kafka source decides are never taken from there.
+KAFKA_VARIABLE_PREFIX = "CDCREPLAY_KAFKA_"
+KAFKA_PROPERTIES_NOT_FROM_ENVIRONMENT = (
+    "bootstrap.servers",
+    "key.deserializer",
+    "value.deserializer",
+    "enable.auto.commit",
+    "auto.offset.reset",
+    "interceptor.classes",
+)
+
+
+def kafka_variable(client_property: str) -> str:
+    """The environment variable that carries a Kafka client property (``security.protocol`` ->
+    ``CDCREPLAY_KAFKA_SECURITY_PROTOCOL``)."""
+    return KAFKA_VARIABLE_PREFIX + client_property.upper().replace(".", "_")
+
+
+def kafka_property(variable: str) -> str:
+    """The Kafka client property a ``CDCREPLAY_KAFKA_*`` variable carries."""
+    return variable[len(KAFKA_VARIABLE_PREFIX) :].lower().replace("_", ".")
+
+
 STATUS_MATCH = "match"
 STATUS_MISMATCH = "mismatch"
 # The snapshot read the key, the changes never created it (or deleted it).

@@ -30,6 +30,12 @@ def _parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--offsets", help='JSON: {"topic": {"0": {"start": 0, "until": 100}}}')
     parser.add_argument("--dry-run", action="store_true", help="list what would be read; decode nothing")
     parser.add_argument("--full-rebuild", action="store_true", help="ignore the published state and rebuild")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="Kafka pipelines: go on from the offsets the published state has read up to (start/end bound only the "
+        "first such run)",
+    )
     return parser
 
 
@@ -49,6 +55,7 @@ def parse_spec(argv: list[str] | None, description: str) -> RunSpec:
         offsets=args.offsets,
         dry_run=args.dry_run,
         full_rebuild=args.full_rebuild,
+        resume=args.resume,
     )
 
 
@@ -104,6 +111,39 @@ def reconcile_main(argv: list[str] | None = None) -> int:
         results = reconcile_pipelines(spark, config, spec)
         print(render_reconciliation(results))
         return EXIT_VERDICT_FAIL if any(r.verdict == VERDICT_FAIL for r in results) else EXIT_OK
+
+    return _guarded(body)
+
+
+def archive_main(argv: list[str] | None = None) -> int:
+    """`cdcreplay archive`: copy a Kafka pipeline's topics into its ``archive.copy_to`` (cdcreplay.archiver)."""
+
+    def body() -> int:
+        parser = argparse.ArgumentParser(
+            prog="cdcreplay archive",
+            description="Copy a Kafka pipeline's topics from the brokers into a Parquet archive (archive.copy_to), "
+            "going on from what it already holds.",
+        )
+        parser.add_argument("--config", required=True, help="pipelines file")
+        parser.add_argument("--pipeline", required=True, help="a pipeline with archive.layout kafka and copy_to")
+        parser.add_argument("--start", help="ISO-8601 UTC: where an empty archive starts (default: the log's start)")
+        parser.add_argument("--end", help="ISO-8601 UTC, exclusive: archive records before it (default: all)")
+        parser.add_argument(
+            "--offsets", help='JSON, where an empty archive starts: {"topic": {"0": {"start": 0, ...}}}'
+        )
+        args = parser.parse_args(argv)
+        config = load_config(args.config)
+        spec = build_run_spec(
+            config, run_id="archive", pipelines=[args.pipeline], start=args.start, end=args.end, offsets=args.offsets
+        )
+        pipeline = config.project.pipeline(args.pipeline)
+        from cdcreplay.archiver import archive_target, archive_topics, render_archive
+        from cdcreplay.spark import build_session
+
+        archive_target(config, pipeline)  # a pipeline that cannot be archived fails before Spark starts
+        spark = build_session(f"cdcreplay-archive-{pipeline.name}")
+        print(render_archive(archive_topics(spark, config, pipeline, spec)))
+        return EXIT_OK
 
     return _guarded(body)
 

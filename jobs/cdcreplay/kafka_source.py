@@ -15,6 +15,13 @@ session's classpath with Spark's Kafka source, cdcreplay.jars):
   slice; with CreateTime (the producer's clock, what CDC connectors set) a record stamped earlier than ``end`` that
   was appended after the first record at or after ``end`` is not read, as a consumer reading by time would not.
 
+A nightly run goes on where the published state stopped (``--resume``; the DAG's scheduled runs): the published
+pointer remembers, per partition, the offset up to which the state has read (``read_to``), and the run reads from
+there to the log's end, whatever its start/end say. A partition the state never read starts at the log's earliest
+offset. Offsets the state never read that retention has already deleted cannot be replayed: they are reported as a
+gap (``kafka.lost_to_retention`` and ``gaps`` in the manifest, and the run's output), never skipped silently. A log
+that ends before the remembered offset (the topic was deleted and created again) is an error naming the partition.
+
 Spark's batch Kafka source then reads those offset ranges (one task per partition), headers included. Records
 the log no longer holds (deleted by retention after the offsets were resolved) fail the read rather than go
 missing silently (``failOnDataLoss``). Offsets absent inside a range -- compacted topics, transaction markers -- are
@@ -41,23 +48,17 @@ from pyspark.sql import functions as F
 
 from cdcreplay.archive import ArchiveError, Selection
 from cdcreplay.config import PipelineConfig
+from cdcreplay.contracts import KAFKA_PROPERTIES_NOT_FROM_ENVIRONMENT, KAFKA_VARIABLE_PREFIX, kafka_property
 from cdcreplay.schema import RAW_DDL, struct_type
 
-ENVIRONMENT_PREFIX = "CDCREPLAY_KAFKA_"
+ENVIRONMENT_PREFIX = KAFKA_VARIABLE_PREFIX
 # How long the driver waits for the cluster to answer (metadata, offsets) before the run fails naming the brokers.
 # CDCREPLAY_KAFKA_DEFAULT_API_TIMEOUT_MS overrides it, like any client property.
 ADMIN_TIMEOUT_MS = 20_000
 # Properties the pipeline or Spark's Kafka source owns: set from the environment they would contradict the config
 # (bootstrap.servers) or are refused by Spark (its consumers have fixed deserializers, no auto commit, no offset reset:
 # the run's offsets are decided here).
-NOT_FROM_ENVIRONMENT = (
-    "bootstrap.servers",
-    "key.deserializer",
-    "value.deserializer",
-    "enable.auto.commit",
-    "auto.offset.reset",
-    "interceptor.classes",
-)
+NOT_FROM_ENVIRONMENT = KAFKA_PROPERTIES_NOT_FROM_ENVIRONMENT
 
 
 class KafkaSourceError(ArchiveError):
@@ -75,7 +76,7 @@ def client_settings(environment: dict[str, str] | None = None) -> dict[str, str]
     for name, value in environment.items():
         if not name.startswith(ENVIRONMENT_PREFIX) or len(name) == len(ENVIRONMENT_PREFIX):
             continue
-        key = name[len(ENVIRONMENT_PREFIX) :].lower().replace("_", ".")
+        key = kafka_property(name)
         if key in NOT_FROM_ENVIRONMENT:
             raise KafkaSourceError(
                 f"environment variable {name} sets {key}, which the pipeline config or the replay decides; unset it"
@@ -200,8 +201,12 @@ def _millis(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
 
 
-def plan_ranges(admin: _Admin, pipeline: PipelineConfig, selection: Selection) -> list[PartitionRange]:
-    """The offset range of every partition the run reads, fixed before any record is read."""
+def plan_ranges(
+    admin: _Admin, pipeline: PipelineConfig, selection: Selection, resume_from: dict | None = None
+) -> list[PartitionRange]:
+    """The offset range of every partition the run reads, fixed before any record is read. ``resume_from``: the
+    offsets read up to before ({topic: {partition: offset}}, see :func:`read_to`), where a resumed run starts; the
+    selection's offsets and start are then not used (its end still bounds the range)."""
     topics = list(selection.topics)
     try:
         partitions = admin.partitions(topics)
@@ -220,7 +225,9 @@ def plan_ranges(admin: _Admin, pipeline: PipelineConfig, selection: Selection) -
     held = {c: (earliest[c] or 0, latest[c] or 0) for c in coordinates}
 
     bounds = {c: held[c] for c in coordinates}
-    if selection.offsets:
+    if resume_from is not None:
+        bounds = _resumed(pipeline, held, resume_from)
+    elif selection.offsets:
         bounds = {}
         for r in selection.offsets:
             where = f"parameter offsets.{r.topic}.{r.partition}"
@@ -240,7 +247,7 @@ def plan_ranges(admin: _Admin, pipeline: PipelineConfig, selection: Selection) -
                 )
             bounds[(r.topic, r.partition)] = (max(r.start, low), min(r.until, high))
     chosen = sorted(bounds)
-    if selection.start is not None:
+    if selection.start is not None and resume_from is None:
         at_start = admin.offsets(chosen, "timestamp", _millis(selection.start))
         bounds = {
             c: (max(low, at_start[c] if at_start[c] is not None else held[c][1]), high)
@@ -255,6 +262,44 @@ def plan_ranges(admin: _Admin, pipeline: PipelineConfig, selection: Selection) -
         PartitionRange(topic, partition, held[(topic, partition)][0], held[(topic, partition)][1], low, max(low, high))
         for (topic, partition), (low, high) in sorted(bounds.items())
     ]
+
+
+def _resumed(pipeline: PipelineConfig, held: dict, resume_from: dict) -> dict:
+    """Per partition, [the offset read up to before (a new partition: its earliest), the log's end)."""
+    bounds = {}
+    for (topic, partition), (earliest, latest) in sorted(held.items()):
+        start = resume_from.get(topic, {}).get(str(partition), earliest)
+        if start > latest:
+            raise KafkaSourceError(
+                f"pipelines.{pipeline.name}: partition {topic}/{partition} ends at offset {latest}, but it was read up "
+                f"to offset {start} before: the topic was deleted and created again, or is another cluster's; start "
+                "afresh (a replay: --full-rebuild or --offsets; an archive: a new archive.copy_to)"
+            )
+        bounds[(topic, partition)] = (max(start, earliest), latest)
+    return bounds
+
+
+def lost_to_retention(ranges: list[PartitionRange], resume_from: dict) -> list[dict]:
+    """The offsets a resumed run should have read first but the log no longer holds (deleted by retention before
+    any run read them), per partition, as the manifest's gaps name missing offsets."""
+    lost = []
+    for r in ranges:
+        wanted = resume_from.get(r.topic, {}).get(str(r.partition))
+        if wanted is not None and wanted < r.earliest:
+            lost.append(
+                {"topic": r.topic, "partition": r.partition, "from_offset": wanted, "to_offset": r.earliest - 1}
+            )
+    return lost
+
+
+def read_to(previous: dict | None, ranges: list[dict]) -> dict:
+    """The offsets a state has read up to after a run that read ``ranges`` (the manifest's ``kafka.ranges``) onto a
+    state that had read up to ``previous``: per partition, the run's end (its ``until``) where it read the partition,
+    else what the state had."""
+    offsets = {topic: dict(partitions) for topic, partitions in (previous or {}).items()}
+    for r in ranges:
+        offsets.setdefault(r["topic"], {})[str(r["partition"])] = r["until"]
+    return offsets
 
 
 def read_ranges(
@@ -286,17 +331,18 @@ def read_ranges(
 
 
 def read_topics(
-    spark: SparkSession, pipeline: PipelineConfig, selection: Selection
+    spark: SparkSession, pipeline: PipelineConfig, selection: Selection, resume_from: dict | None = None
 ) -> tuple[list[str], DataFrame, dict]:
     """The records of ``archive.layout: kafka``'s selection, for the read stage (pipeline.read_slice): the topics
     read, as kafka:// sources; their records in the offset ranges resolved for ``selection`` (the stage still applies
     the selection itself: the archive's exact timestamp rule, a CreateTime stamped out of order inside a range left
-    out); and what the manifest adds for a cluster (brokers, topics, client setting names, ranges)."""
+    out); and what the manifest adds for a cluster (brokers, topics, client setting names, ranges, and for a resumed
+    run where it resumed and what retention deleted before it could)."""
     servers = list(pipeline.archive.bootstrap_servers or ())
     settings = client_settings()
     admin = _Admin(spark, servers, settings)
     try:
-        ranges = plan_ranges(admin, pipeline, selection)
+        ranges = plan_ranges(admin, pipeline, selection, resume_from)
     finally:
         admin.close()
     sources = [f"kafka://{','.join(servers)}/{topic}" for topic in selection.topics]
@@ -308,4 +354,7 @@ def read_topics(
             "ranges": [asdict(r) for r in ranges],
         }
     }
+    if resume_from is not None:
+        facts["kafka"]["resumed_from"] = resume_from
+        facts["kafka"]["lost_to_retention"] = lost_to_retention(ranges, resume_from)
     return sources, read_ranges(spark, servers, settings, ranges), facts

@@ -7,6 +7,7 @@ it: ``archive`` (read), the format's decoder and ``accounting`` (decode), ``stat
 
 from __future__ import annotations
 
+import logging
 import time
 
 from pyspark.sql import DataFrame, SparkSession
@@ -23,7 +24,7 @@ from cdcreplay.contracts import (
     RunSummary,
     decoded_kind_folder,
 )
-from cdcreplay.formats import REGISTRY, decoder_module
+from cdcreplay.formats import decoder_module
 from cdcreplay.formats.common import DECODED_DDL, KIND_CHANGE, KIND_QUARANTINE
 from cdcreplay.formats.wire.native_json import write_decoded
 from cdcreplay.publishing import QualityGateError
@@ -34,14 +35,40 @@ from cdcreplay.state_store import commit_state, read_patterns, read_state, state
 from cdcreplay.storage import Location
 from cdcreplay.typed_tables import type_tables
 
+log = logging.getLogger(__name__)
+
 __all__ = ["AccountingError", "QualityGateError", "load_summary", "run", "run_pipeline", "summary_path"]
 
 
-def selection_for(pipeline: PipelineConfig, spec: RunSpec) -> archive.Selection:
+def selection_for(pipeline: PipelineConfig, spec: RunSpec, resuming: bool = False) -> archive.Selection:
+    """The records ``spec`` selects of the pipeline's topics; a resumed run (``resume_point``) reads on from where
+    the state stopped, so its start and end do not apply."""
     offsets = tuple(r for r in spec.offsets if not pipeline.topics or r.topic in pipeline.topics)
+    if resuming:
+        return archive.Selection(topics=tuple(pipeline.topics or ()))
     return archive.Selection(
         topics=tuple(pipeline.topics or ()), start=spec.start_time, end=spec.end_time, offsets=offsets
     )
+
+
+def resume_point(pipeline: PipelineConfig, spec: RunSpec, current: dict | None) -> dict | None:
+    """Where a resumed run of a Kafka pipeline starts: the offsets its published state has read up to; None when the
+    run is not resumed (or the state has no such record yet: its first run is bounded by its start/end)."""
+    if pipeline.archive.layout != "kafka" or not spec.resume or spec.full_rebuild or spec.offsets or not current:
+        return None
+    return current.get(warehouse.KAFKA_READ_TO)
+
+
+def read_to_after(pipeline: PipelineConfig, spec: RunSpec, current: dict | None, manifest: dict) -> dict | None:
+    """How far the state this run publishes has read each partition of a Kafka pipeline (None for an archive). Only
+    a run that continues the state's reading (resumed) or replaces it (full rebuild), for every table, moves it; a
+    run of a chosen range or of some tables leaves it where it was."""
+    if pipeline.archive.layout != "kafka":
+        return None
+    previous = current.get(warehouse.KAFKA_READ_TO) if current else None
+    if spec.tables or not (spec.resume or spec.full_rebuild):
+        return previous
+    return kafka_source.read_to(None if spec.full_rebuild else previous, manifest["kafka"]["ranges"])
 
 
 def decoded_path(paths: warehouse.PipelinePaths, run_id: str, kind: str) -> str:
@@ -80,7 +107,7 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
     clock = StageClock(pipeline.name, spark)
 
     # -- read: which files, which records, and a manifest of both ------------------------------------------------
-    files, selected, manifest = read_slice(spark, config, pipeline, spec)
+    files, selected, manifest = read_slice(spark, config, pipeline, spec, resume_point(pipeline, spec, current))
     warehouse.write_json_atomically(run_dir / MANIFEST_FILE, manifest)
     clock.lap("read", manifest["records"], unit=f"records selected from {len(files)} files")
     if spec.dry_run or manifest["distinct_records"] == 0:
@@ -146,7 +173,8 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
     # -- publish: one atomic switch of the pointer, then vacuum what no kept version reads --------------------------
     entry = warehouse.published_entry(version, spec.run_id, committed.version, typed.versions)
     built_on = building_on["history"][0] if base_state is not None else None
-    pointer = warehouse.publish(paths, entry, typed.tables, config.project.keep_versions, built_on)
+    read_to = read_to_after(pipeline, spec, current, manifest)
+    pointer = warehouse.publish(paths, entry, typed.tables, config.project.keep_versions, built_on, read_to)
     publishing.vacuum(spark, paths, pointer, committed=set(typed.retyped))
     clock.lap("publish", len(pointer["tables"]), unit="tables published")
 
@@ -163,17 +191,18 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
 
 
 def read_slice(
-    spark: SparkSession, config: LoadedConfig, pipeline: PipelineConfig, spec: RunSpec
+    spark: SparkSession, config: LoadedConfig, pipeline: PipelineConfig, spec: RunSpec, resume_from: dict | None = None
 ) -> tuple[list[str], DataFrame, dict]:
     """The read stage: the archive's readable files, the records of the run's selection, and the manifest of both
     (files, per partition extents and duplicates, offset gaps, unreadable files left out). ``archive.layout: kafka``
-    reads the pipeline's topics from the cluster instead (cdcreplay.kafka_source), with the same columns and manifest.
+    reads the pipeline's topics from the cluster instead (cdcreplay.kafka_source), with the same columns and manifest;
+    ``resume_from`` (``resume_point``) the offsets it goes on from.
     """
-    selection = selection_for(pipeline, spec)
+    selection = selection_for(pipeline, spec, resuming=resume_from is not None)
     unreadable, source_facts = [], {}
     if pipeline.archive.layout == "kafka":
         # The offset ranges are resolved and checked through the brokers before the read (kafka_source).
-        files, raw, source_facts = kafka_source.read_topics(spark, pipeline, selection)
+        files, raw, source_facts = kafka_source.read_topics(spark, pipeline, selection, resume_from)
     else:
         files, unreadable = archive.readable_files(
             archive.archive_files(config.archive_path(pipeline), pipeline.archive.layout),
@@ -187,7 +216,13 @@ def read_slice(
     selected = archive.select_records(raw, selection)
     extents = archive.partition_extents(selected)
     gaps = archive.offset_gaps(selected) if any(e["missing_offsets"] for e in extents) else []
-    manifest = archive.build_manifest(files, extents, gaps, selection, unreadable)
+    lost = source_facts.get("kafka", {}).get("lost_to_retention", [])
+    for gap in lost:
+        log.warning(
+            "%s: offsets %s..%s of %s/%s were deleted by retention before any run read them: they cannot be replayed",
+            pipeline.name, gap["from_offset"], gap["to_offset"], gap["topic"], gap["partition"],
+        )  # fmt: skip
+    manifest = archive.build_manifest(files, extents, [*lost, *gaps], selection, unreadable)
     return files, selected, {**manifest, **source_facts}
 
 
@@ -203,8 +238,8 @@ def decode(
     """The decode stage: every selected record decoded into ``decoded_dir`` (``record_kind=changelog|control|
     quarantine``), each accounted for exactly once (``accounting``); the counts per kind, reason and table.
 
-    A decoder whose changes are patches onto the stored row (DRS DDS `$set` into embedded documents) is registered
-    with ``reads_state`` and reads ``base_state`` too."""
+    ``base_state`` reaches every decoder (``formats``: one signature); only those whose changes are patches onto
+    the stored row (DRS DDS `$set` into embedded documents) read it."""
     if manifest["duplicates"]:
         selected = archive.deduplicate(selected)
     selected = archive.spread_over_cores(selected, spark.sparkContext.defaultParallelism)
@@ -218,10 +253,7 @@ def decode(
         # Spark's JSON reader decodes what it can vouch for; the rest is read back and decoded in Python.
         write_decoded(native, selected, lambda rest: module.decode_in_python(rest, pipeline), str(decoded_dir), keep)
     else:
-        if REGISTRY[pipeline.format].reads_state:
-            decoded = module.decode(selected, pipeline, base_state=base_state)
-        else:
-            decoded = module.decode(selected, pipeline)
+        decoded = module.decode(selected, pipeline, base_state=base_state)
         if keep is not None:
             decoded = decoded.where(keep)
         decoded.write.mode("overwrite").partitionBy("record_kind").parquet(str(decoded_dir))

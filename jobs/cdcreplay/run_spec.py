@@ -46,6 +46,9 @@ class RunSpec:
     offsets: tuple[OffsetRange, ...] = field(default_factory=tuple)
     dry_run: bool = False
     full_rebuild: bool = False
+    # A Kafka pipeline (archive.layout: kafka) goes on from the offsets its published state has read up to, whatever
+    # start/end say (they bound only a pipeline's first such run): what the nightly schedule asks for.
+    resume: bool = False
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -203,6 +206,7 @@ def build_run_spec(
     offsets=None,
     dry_run: bool = False,
     full_rebuild: bool = False,
+    resume: bool = False,
 ) -> RunSpec:
     """Validate run parameters against the config; raise ConfigError naming the parameter and the fix."""
     pipeline_names = _names(pipelines, "pipelines")
@@ -218,8 +222,8 @@ def build_run_spec(
     end_text = _parse_time(str(end), "end").isoformat() if end else None
     if start_text and end_text and start_text >= end_text:
         raise ConfigError(f"parameters start/end: start {start_text} must be before end {end_text} (end is exclusive)")
-    if not isinstance(dry_run, bool) or not isinstance(full_rebuild, bool):
-        raise ConfigError("parameters dry_run and full_rebuild must be true or false")
+    if not all(isinstance(flag, bool) for flag in (dry_run, full_rebuild, resume)):
+        raise ConfigError("parameters dry_run, full_rebuild and resume must be true or false")
     table_names = _names(tables, "tables")
     _check_tables_are_known(config, pipeline_names, table_names)
     return RunSpec(
@@ -232,4 +236,5 @@ def build_run_spec(
         offsets=_parse_offsets(offsets),
         dry_run=dry_run,
         full_rebuild=full_rebuild,
+        resume=resume,
     )

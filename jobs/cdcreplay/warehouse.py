@@ -47,6 +47,8 @@ PATTERNS_FOLDER = "patterns"
 # The folder of every version before the tables were Delta tables (one Parquet copy of the state and tables each).
 LEGACY_VERSIONS_FOLDER = "versions"
 LOCK_FILE = "_LOCK.json"
+# The published pointer's record of how far a Kafka pipeline's state has read each partition (kafka_source).
+KAFKA_READ_TO = "kafka_read_to"
 # A lock older than this is taken to belong to a run that died on another machine (where its pid cannot be checked).
 LOCK_STALE_AFTER_S = 6 * 3600
 # Breaking a stale lock takes a read and a delete; a marker older than this belongs to a run that died doing it.
@@ -170,6 +172,7 @@ def publish(
     tables: dict[str, dict],
     keep_versions: int,
     built_on: dict | None = None,
+    kafka_read_to: dict | None = None,
 ) -> dict:
     """Point readers at the published version ``entry`` (see :func:`published_entry`) in one atomic step; the pointer.
 
@@ -177,7 +180,8 @@ def publish(
     history keeps the ``keep_versions`` newest published versions, which stay readable (see
     :func:`oldest_kept_versions`). ``built_on``: the published version this run compacted onto. It stays readable
     until the next publish, whatever ``keep_versions`` says: the run's reconciliation reads that state as the history
-    before the run's changes.
+    before the run's changes. ``kafka_read_to``: a Kafka pipeline's offsets the published state has read up to
+    (``{topic: {partition: offset}}``, where a resumed run goes on: kafka_source).
     """
     previous = read_current(paths)
     published_before = previous.get("history", []) if previous and not is_legacy(previous) else []
@@ -198,6 +202,8 @@ def publish(
         },
         "history": history,  # newest first; the versions kept readable
     }
+    if kafka_read_to is not None:
+        pointer[KAFKA_READ_TO] = kafka_read_to
     if built_on is not None and all(e["version"] != built_on["version"] for e in history):
         pointer["built_on"] = built_on  # kept beside the history until the next publish
     write_json_atomically(paths.current_file, pointer)
