@@ -359,7 +359,9 @@ def test_resumed_nights_read_on_from_where_the_state_stopped_and_publish_what_th
         assert rows[0] == rows[1], table_id
 
 
-def test_offsets_retention_deleted_before_a_resumed_run_read_them_are_a_reported_gap(spark, kafka, tmp_path):
+def test_offsets_retention_deleted_before_a_resumed_run_read_them_are_a_reported_gap(
+    spark, kafka, tmp_path, caplog, capsys
+):
     from confluent_kafka import Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -377,12 +379,30 @@ def test_offsets_retention_deleted_before_a_resumed_run_read_them_are_a_reported
     pipeline = config.project.pipeline("p")
     spec = build_run_spec(config, run_id="probe", resume=True)
 
-    _, selected, manifest = pipeline_module.read_slice(spark, config, pipeline, spec, {topic: {"0": 2}})
+    with caplog.at_level("WARNING", logger="cdcreplay.kafka_source"):
+        _, selected, manifest = pipeline_module.read_slice(spark, config, pipeline, spec, {topic: {"0": 2}})
     assert coordinates(selected) == {(topic, 0, offset) for offset in range(6, 10)}
     lost = [{"topic": topic, "partition": 0, "from_offset": 2, "to_offset": 5}]
     assert manifest["kafka"]["lost_to_retention"] == lost
     assert manifest["gaps"] == lost
     assert manifest["kafka"]["resumed_from"] == {topic: {"0": 2}}
+    assert f"p: offsets 2..5 of {topic}/0 were deleted by retention before they were read" in caplog.text
+
+    # The archiver, going on from offset 2, archives what the log still holds and names what it lost.
+    archived = tmp_path / "copy"
+    archived.mkdir()
+    (archived / PROGRESS_FILE).write_text(json.dumps({"read_to": {topic: {"0": 2}}}))
+    copy_config = write_pipelines(
+        tmp_path, f"{{layout: kafka, bootstrap_servers: [{kafka}], copy_to: {archived}}}", f"[{topic}]"
+    )
+    assert archive_main(["--config", str(copy_config), "--pipeline", "p"]) == EXIT_OK
+    assert f"LOST {topic}[0] offsets 2..5: deleted by retention before they were archived" in capsys.readouterr().out
+    progress = json.loads((archived / PROGRESS_FILE).read_text())
+    assert progress["lost_to_retention"] == lost
+    assert progress["read_to"] == {topic: {"0": 10}}
+    assert coordinates(spark.read.parquet(*map(str, archived.rglob("*.parquet")))) == {
+        (topic, 0, offset) for offset in range(6, 10)
+    }
 
     with pytest.raises(KafkaSourceError) as raised:  # a log that ends before where the state stopped
         pipeline_module.read_slice(spark, config, pipeline, spec, {topic: {"0": 50}})

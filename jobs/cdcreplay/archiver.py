@@ -18,7 +18,6 @@ archiver may write one archive at a time (the DAG runs one at a time, ``max_acti
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -36,19 +35,15 @@ PROGRESS_FILE = "_ARCHIVED.json"
 FOLDER_COLUMNS = ("kafka_topic", "day", "segment")
 KEPT_RUNS = 100  # the progress file lists this many archiving runs, newest last
 
-log = logging.getLogger(__name__)
-
 
 @dataclass(frozen=True)
 class ArchiveResult:
-    """What one archiving run wrote: per partition its offset range, the offsets retention had deleted first, and
-    where the archive stands now."""
+    """What one archiving run wrote: per partition its offset range, and the offsets retention had deleted first."""
 
     pipeline: str
     target: str
     ranges: list[dict]
     lost_to_retention: list[dict]
-    read_to: dict
 
     @property
     def offsets(self) -> int:
@@ -68,21 +63,17 @@ def archive_topics(spark: SparkSession, config: LoadedConfig, pipeline: Pipeline
     )
     _, records, facts = kafka_source.read_topics(spark, pipeline, selection, resume_from)
     ranges = [r for r in facts["kafka"]["ranges"] if r["until"] > r["start"]]
-    lost = facts["kafka"].get("lost_to_retention", [])
-    for gap in lost:
-        log.warning(
-            "%s: offsets %s..%s of %s/%s were deleted by retention before they were archived",
-            pipeline.name, gap["from_offset"], gap["to_offset"], gap["topic"], gap["partition"],
-        )  # fmt: skip
+    lost = facts["kafka"].get("lost_to_retention", [])  # logged by kafka_source
     if ranges:
         _write(records, ranges, target)
-        read_to = kafka_source.read_to(resume_from, ranges)
         runs = [*progress.get("runs", []), {"archived_at": datetime.now(UTC).isoformat(), "ranges": ranges}]
-        document = {"read_to": read_to, "lost_to_retention": [*progress.get("lost_to_retention", []), *lost]}
-        write_json_atomically(target / PROGRESS_FILE, {**document, "runs": runs[-KEPT_RUNS:]})
-    else:
-        read_to = resume_from or {}
-    return ArchiveResult(pipeline.name, str(target), ranges, lost, read_to)
+        document = {
+            "read_to": kafka_source.read_to(resume_from, ranges),
+            "lost_to_retention": [*progress.get("lost_to_retention", []), *lost],
+            "runs": runs[-KEPT_RUNS:],
+        }
+        write_json_atomically(target / PROGRESS_FILE, document)
+    return ArchiveResult(pipeline.name, str(target), ranges, lost)
 
 
 def archive_target(config: LoadedConfig, pipeline: PipelineConfig) -> Location:

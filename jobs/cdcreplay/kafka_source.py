@@ -38,6 +38,7 @@ their names, never their values.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -51,14 +52,11 @@ from cdcreplay.config import PipelineConfig
 from cdcreplay.contracts import KAFKA_PROPERTIES_NOT_FROM_ENVIRONMENT, KAFKA_VARIABLE_PREFIX, kafka_property
 from cdcreplay.schema import RAW_DDL, struct_type
 
-ENVIRONMENT_PREFIX = KAFKA_VARIABLE_PREFIX
 # How long the driver waits for the cluster to answer (metadata, offsets) before the run fails naming the brokers.
 # CDCREPLAY_KAFKA_DEFAULT_API_TIMEOUT_MS overrides it, like any client property.
 ADMIN_TIMEOUT_MS = 20_000
-# Properties the pipeline or Spark's Kafka source owns: set from the environment they would contradict the config
-# (bootstrap.servers) or are refused by Spark (its consumers have fixed deserializers, no auto commit, no offset reset:
-# the run's offsets are decided here).
-NOT_FROM_ENVIRONMENT = KAFKA_PROPERTIES_NOT_FROM_ENVIRONMENT
+
+log = logging.getLogger(__name__)
 
 
 class KafkaSourceError(ArchiveError):
@@ -74,10 +72,10 @@ def client_settings(environment: dict[str, str] | None = None) -> dict[str, str]
     environment = os.environ if environment is None else environment
     settings = {}
     for name, value in environment.items():
-        if not name.startswith(ENVIRONMENT_PREFIX) or len(name) == len(ENVIRONMENT_PREFIX):
+        if not name.startswith(KAFKA_VARIABLE_PREFIX) or len(name) == len(KAFKA_VARIABLE_PREFIX):
             continue
         key = kafka_property(name)
-        if key in NOT_FROM_ENVIRONMENT:
+        if key in KAFKA_PROPERTIES_NOT_FROM_ENVIRONMENT:
             raise KafkaSourceError(
                 f"environment variable {name} sets {key}, which the pipeline config or the replay decides; unset it"
                 + (" and give archive.bootstrap_servers in the pipelines file" if key == "bootstrap.servers" else "")
@@ -113,7 +111,7 @@ class _Admin:
             self.timeout_ms = int(settings.get("default.api.timeout.ms", ADMIN_TIMEOUT_MS))
         except ValueError:
             raise KafkaSourceError(
-                f"{ENVIRONMENT_PREFIX}DEFAULT_API_TIMEOUT_MS must be a whole number of milliseconds"
+                f"{KAFKA_VARIABLE_PREFIX}DEFAULT_API_TIMEOUT_MS must be a whole number of milliseconds"
             ) from None
         properties.setProperty("default.api.timeout.ms", str(self.timeout_ms))
         if "request.timeout.ms" not in settings:
@@ -179,18 +177,19 @@ def _explained(error, what: str, servers: list[str], timeout_ms: int) -> KafkaSo
         return _UnknownTopic(detail)
     if "ConfigException" in names:
         return KafkaSourceError(
-            f"{ENVIRONMENT_PREFIX}* variables: the Kafka client rejects a setting ({detail}); fix or unset the variable"
+            f"{KAFKA_VARIABLE_PREFIX}* variables: the Kafka client rejects a setting ({detail}); "
+            "fix or unset the variable"
         )
     if "TimeoutException" in names:
         return KafkaSourceError(
             f"archive.bootstrap_servers: no Kafka broker at {where} answered ({what}) within {timeout_ms // 1000} s; "
             "check the addresses in the pipelines file, that the brokers run and are reachable from here, and the "
-            f"TLS/SASL settings in the {ENVIRONMENT_PREFIX}* variables"
+            f"TLS/SASL settings in the {KAFKA_VARIABLE_PREFIX}* variables"
         )
     if any(word in names for word in ("Authentication", "Authorization", "Ssl", "Sasl")):
         return KafkaSourceError(
             f"archive.bootstrap_servers: the cluster at {where} refused the connection ({what}): {detail}; check the "
-            f"credentials and TLS/SASL settings in the {ENVIRONMENT_PREFIX}* variables"
+            f"credentials and TLS/SASL settings in the {KAFKA_VARIABLE_PREFIX}* variables"
         )
     return KafkaSourceError(f"archive.bootstrap_servers: {what} failed on the cluster at {where}: {detail}")
 
@@ -355,6 +354,12 @@ def read_topics(
         }
     }
     if resume_from is not None:
+        lost = lost_to_retention(ranges, resume_from)
+        for gap in lost:
+            log.warning(
+                "%s: offsets %s..%s of %s/%s were deleted by retention before they were read: they cannot be read now",
+                pipeline.name, gap["from_offset"], gap["to_offset"], gap["topic"], gap["partition"],
+            )  # fmt: skip
         facts["kafka"]["resumed_from"] = resume_from
-        facts["kafka"]["lost_to_retention"] = lost_to_retention(ranges, resume_from)
+        facts["kafka"]["lost_to_retention"] = lost
     return sources, read_ranges(spark, servers, settings, ranges), facts

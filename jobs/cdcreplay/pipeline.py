@@ -7,7 +7,6 @@ it: ``archive`` (read), the format's decoder and ``accounting`` (decode), ``stat
 
 from __future__ import annotations
 
-import logging
 import time
 
 from pyspark.sql import DataFrame, SparkSession
@@ -34,8 +33,6 @@ from cdcreplay.spark import vectorized_parquet_reads
 from cdcreplay.state_store import commit_state, read_patterns, read_state, state_ref
 from cdcreplay.storage import Location
 from cdcreplay.typed_tables import type_tables
-
-log = logging.getLogger(__name__)
 
 __all__ = ["AccountingError", "QualityGateError", "load_summary", "run", "run_pipeline", "summary_path"]
 
@@ -216,12 +213,7 @@ def read_slice(
     selected = archive.select_records(raw, selection)
     extents = archive.partition_extents(selected)
     gaps = archive.offset_gaps(selected) if any(e["missing_offsets"] for e in extents) else []
-    lost = source_facts.get("kafka", {}).get("lost_to_retention", [])
-    for gap in lost:
-        log.warning(
-            "%s: offsets %s..%s of %s/%s were deleted by retention before any run read them: they cannot be replayed",
-            pipeline.name, gap["from_offset"], gap["to_offset"], gap["topic"], gap["partition"],
-        )  # fmt: skip
+    lost = source_facts.get("kafka", {}).get("lost_to_retention", [])  # logged by kafka_source
     manifest = archive.build_manifest(files, extents, [*lost, *gaps], selection, unreadable)
     return files, selected, {**manifest, **source_facts}
 
