@@ -1,7 +1,9 @@
-"""Nightly CDC replay: validate the run, replay + compact + publish, reconcile snapshots, report.
+"""Nightly CDC replay: validate the run, replay + compact + publish, reconcile snapshots, report; beside the replay,
+archive the Kafka pipelines' topics that have an `archive.copy_to`.
 
 Thin wiring. Parsing this file imports no pyspark and reads no file: the config is validated inside the
-`validate_run` task, and the Spark work runs in `jobs/replay.py` and `jobs/reconcile.py` through spark-submit
+`validate_run` task, and the Spark work runs in `jobs/replay.py`, `jobs/reconcile.py` and `jobs/archive.py` through
+spark-submit
 (`spark_default` connection: `local[*]` embedded, the standalone master in docker-compose, YARN or Kubernetes).
 """
 
@@ -24,6 +26,7 @@ from cdcreplay.contracts import KAFKA_PROPERTIES_NOT_FROM_ENVIRONMENT, NAME_PATT
 REPO = Path(__file__).resolve().parents[1]
 REPLAY_JOB = str(REPO / "jobs" / "replay.py")
 RECONCILE_JOB = str(REPO / "jobs" / "reconcile.py")
+ARCHIVE_JOB = str(REPO / "jobs" / "archive.py")
 DEFAULT_CONFIG = os.environ.get("CDCREPLAY_CONFIG") or str(REPO / "config" / "pipelines.yaml")
 
 # Empty, a date, or a date-time with optional offset. `format: date-time` gives the UI its date-time picker, but
@@ -317,6 +320,18 @@ def cdc_replay_nightly():
 
         return not json.loads(spec_json)["dry_run"]
 
+    @task.short_circuit(ignore_downstream_trigger_rules=False)
+    def skip_archive_without_copy_to(spec_json: str) -> bool:
+        """Only Kafka pipelines with `archive.copy_to` are archived, and not on a dry run (it writes nothing)."""
+        from cdcreplay.archiver import archived_pipelines
+        from cdcreplay.config import load_config
+        from cdcreplay.run_spec import RunSpec
+
+        spec = RunSpec.from_json(spec_json)
+        archived = [] if spec.dry_run else archived_pipelines(load_config(spec.config), spec)
+        print(f"pipelines to archive: {', '.join(p.name for p in archived) or 'none'}")
+        return bool(archived)
+
     @task(trigger_rule=TriggerRule.ALL_DONE, retries=0)
     def report(ti=None) -> str:
         """Print the end-of-run summary, also when reconcile failed (that is when it matters most)."""
@@ -348,7 +363,14 @@ def cdc_replay_nightly():
     gate = skip_reconcile_on_dry_run(spec)
     summary = report()
     spec >> replay >> gate >> reconcile >> summary
-    [spec, replay, gate, reconcile, summary] >> fail_run_if_a_task_failed()
+    # The archive reads the brokers on its own (its progress is its archive's, not the published state's), so it runs
+    # beside the replay; one at a time, as one archive takes one writer (cdcreplay.archiver).
+    archive_gate = skip_archive_without_copy_to(spec)
+    archive = spark_job("archive", ARCHIVE_JOB, max_active_tis_per_dag=1)
+    spec >> archive_gate >> archive >> summary
+    # Not the archive gate: a short circuit skips all its direct downstream tasks, and most runs archive nothing. A
+    # failed gate still fails the run, through the archive it leaves upstream_failed.
+    [spec, replay, gate, reconcile, archive, summary] >> fail_run_if_a_task_failed()
 
 
 cdc_replay_nightly()

@@ -20,10 +20,12 @@ RUN apt-get update \
 
 USER airflow
 # apache-airflow is pinned again so that no dependency can upgrade it (the image's documented practice).
+# confluent-kafka (pinned as in requirements-dev.txt) is the demo-data service's producer for the stack's broker;
+# the jobs read Kafka through Spark.
 COPY --chown=airflow:0 requirements.txt /tmp/cdcreplay-requirements.txt
 COPY --chown=airflow:0 docker/executor-requirements.txt /tmp/executor-requirements.txt
 RUN pip install --no-cache-dir "apache-airflow==3.3.2" -r /tmp/cdcreplay-requirements.txt \
-    -c /tmp/executor-requirements.txt
+    "confluent-kafka==2.16.1" -c /tmp/executor-requirements.txt
 # The pinned Spark jars (cdcreplay.jars: spark-avro, Delta Lake, hadoop-aws and the AWS SDK modules for s3a://) from
 # Maven Central, checked against their SHA-1: the DAG's spark-submit hands every jar of CDCREPLAY_JARS_DIR to the driver
 # and ships them to the executors (--jars), so the Spark image needs none of them. jars.py is copied at its place in

@@ -7,6 +7,9 @@
 #     is simulated into a temporary folder, then uploaded below its prefix (cdcreplay.storage.Location), with the
 #     S3 settings of the AWS_* environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT_URL:
 #     the demo-data service has them; export them first when running this by hand). The bucket must exist.
+#  3. produce a simulated history to the brokers of every Kafka pipeline (archive.layout: kafka) none of whose topics
+#     exist yet, at the simulator's offsets (cdcreplay_lab.kafka_broker.produce; confluent-kafka is in the image for
+#     this). Topics that exist are left alone, whatever they hold.
 set -euo pipefail
 : "${CDCREPLAY_CONFIG:?set CDCREPLAY_CONFIG to the pipelines file}"
 : "${CDCREPLAY_PY_FILES:?set CDCREPLAY_PY_FILES to where the job package goes}"
@@ -31,7 +34,38 @@ def simulate(pipeline, folder):
     )
 
 
+def feed(pipeline):
+    """The simulated history of the pipeline's format on its brokers, unless one of its topics exists already."""
+    from confluent_kafka.admin import AdminClient
+
+    from cdcreplay_lab.kafka_broker import produce
+    from cdcreplay_lab.simulator.encoders import encoder
+    from cdcreplay_lab.simulator.history import simulate as simulate_history
+
+    servers = ",".join(pipeline.archive.bootstrap_servers)
+    existing = set(AdminClient({"bootstrap.servers": servers}).list_topics(timeout=60).topics)
+    if existing & set(pipeline.topics):
+        print(f"{pipeline.name}: {', '.join(sorted(existing & set(pipeline.topics)))} already on {servers}; left as it is")
+        return
+    history = simulate_history(seed=20260101, events=events, days=2)
+    with tempfile.TemporaryDirectory(prefix=f"cdcreplay-demo-{pipeline.name}-") as folder:
+        records = list(encoder(pipeline.format).encode(history, Path(folder)))
+    simulated = sorted({r.topic for r in records})
+    if sorted(pipeline.topics) != simulated:
+        raise SystemExit(
+            f"pipelines.{pipeline.name}.topics: the demo feed writes {', '.join(simulated)}; name exactly these topics"
+        )
+    produce(servers, records)
+    print(
+        f"{pipeline.name}: produced {history.event_count} row events ({pipeline.format}) -> {len(records)} Kafka "
+        f"records to {', '.join(simulated)} on {servers}"
+    )
+
+
 for pipeline in config.project.pipelines:
+    if pipeline.archive.layout == "kafka":
+        feed(pipeline)
+        continue
     target = Location(config.archive_path(pipeline))
     if target.is_local:
         folder = Path(str(target))

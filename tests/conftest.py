@@ -91,9 +91,9 @@ def s3(spark, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def kafka(tmp_path_factory):
-    """A real one-node Kafka cluster (KRaft) on 127.0.0.1 (kafka_server.py) for the session; yields its bootstrap
+    """A real one-node Kafka cluster (KRaft) on 127.0.0.1 (cdcreplay_lab.kafka_broker) for the session; yields its bootstrap
     address. Topics are created by the tests that use it."""
-    from kafka_server import running_kafka
+    from cdcreplay_lab.kafka_broker import running_kafka
 
     with running_kafka(tmp_path_factory.mktemp("kafka")) as bootstrap:
         yield bootstrap

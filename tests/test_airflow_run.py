@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import ClassVar
 
+import pyarrow.parquet as pq
 import pytest
 
 from cdcreplay_lab.airflow_env import DAG_ID, embedded_env
@@ -211,6 +212,8 @@ def test_failed_reconcile_still_reports_and_fails_the_run(stand_in_home):
         "replay": "success",
         "skip_reconcile_on_dry_run": "success",
         "reconcile": "failed",  # no retry: a "fail" verdict would only repeat
+        "skip_archive_without_copy_to": "success",
+        "archive": "skipped",  # no Kafka pipeline with archive.copy_to
         "report": "success",  # the summary is printed even so
         "fail_run_if_a_task_failed": "failed",  # ... and this leaf makes the run itself fail
     }
@@ -227,6 +230,8 @@ def test_dry_run_skips_reconcile_and_succeeds(stand_in_home):
         "replay": "success",
         "skip_reconcile_on_dry_run": "success",
         "reconcile": "skipped",
+        "skip_archive_without_copy_to": "success",
+        "archive": "skipped",
         "report": "success",
         "fail_run_if_a_task_failed": "skipped",
     }
@@ -269,6 +274,78 @@ def test_quickstart_demo_with_lost_changes_fails_reconciliation_naming_them(tmp_
         assert "the simulator expects FAIL" in output
     assert output.count("-> AS EXPECTED") == len(PIPELINES), output
     assert output.count("EQUAL to the truth") == 3 * len(PIPELINES), output
+
+
+# --- (b2) a Kafka pipeline under `airflow dags test`: replayed and archived from a real broker ----------------------
+
+
+def test_the_dag_replays_a_kafka_pipeline_and_archives_its_topics(kafka, tmp_path):
+    """`archive.layout: kafka` through the DAG: the client settings come from the Airflow connection cdcreplay_kafka,
+    the replay reads the topics from the broker, the archive task copies them into `archive.copy_to`, and both equal
+    what the simulator's own archive gives: the same published tables, and every offset archived once."""
+    import yaml
+
+    from cdcreplay.archiver import PROGRESS_FILE
+    from cdcreplay_lab.kafka_broker import produce
+    from cdcreplay_lab.simulator.archive_writer import write_archive
+    from cdcreplay_lab.simulator.encode_debezium import encode_debezium_json
+    from cdcreplay_lab.simulator.history import simulate
+
+    # Topics of their own on the suite's broker (server name "dagrun"), in two partitions each.
+    records = list(
+        encode_debezium_json(simulate(seed=SEED, events=EVENTS), schemas=False, server="dagrun", partitions=2)
+    )
+    write_archive(records, tmp_path / "archive")
+    produce(kafka, records)
+    topics = sorted({r.topic for r in records})
+    document = {
+        "warehouse": str(tmp_path / "warehouse"),
+        "pipelines": [
+            {
+                "name": "from_kafka",
+                "format": "debezium-json",
+                "archive": {"layout": "kafka", "bootstrap_servers": [kafka], "copy_to": str(tmp_path / "copy")},
+                "topics": topics,
+            },
+            {"name": "from_archive", "format": "debezium-json", "archive": {"path": str(tmp_path / "archive")}},
+        ],
+    }
+    config = tmp_path / "pipelines.yaml"
+    config.write_text(yaml.safe_dump(document), encoding="utf-8")
+    # A setting that changes nothing on this plaintext broker, but must reach the jobs' Kafka clients.
+    connection = {"conn_type": "kafka", "extra": {"client.dns.lookup": "use_all_dns_ips"}}
+    env = migrated_home(tmp_path / "home", config, AIRFLOW_CONN_CDCREPLAY_KAFKA=json.dumps(connection))
+
+    result = airflow(env, "dags", "test", DAG_ID, "2026-03-01", "--conf", '{"full_rebuild": true}', timeout=600)
+    assert "archived" in result.stdout + result.stderr
+    assert task_states(env, "2026-03-01") == {
+        "validate_run": "success",
+        "replay": "success",
+        "skip_reconcile_on_dry_run": "success",
+        "reconcile": "success",
+        "skip_archive_without_copy_to": "success",
+        "archive": "success",
+        "report": "success",
+        "fail_run_if_a_task_failed": "skipped",
+    }
+    published = published_rows(tmp_path / "warehouse", ["from_kafka", "from_archive"])
+    for table_id in {key.split("/", 1)[1] for key in published}:
+        assert published[f"from_kafka/{table_id}"] == published[f"from_archive/{table_id}"], table_id
+    (manifest,) = (tmp_path / "warehouse" / "from_kafka" / "runs").glob("*/manifest.json")
+    assert json.loads(manifest.read_text())["kafka"]["client_settings"] == ["client.dns.lookup"]
+
+    ends = {}
+    for r in records:
+        ends.setdefault(r.topic, {})[str(r.partition)] = max(
+            ends.get(r.topic, {}).get(str(r.partition), 0), r.offset + 1
+        )
+    assert json.loads((tmp_path / "copy" / PROGRESS_FILE).read_text())["read_to"] == ends
+    copied = sorted(
+        (row["topic"], row["partition"], row["offset"])
+        for path in (tmp_path / "copy").rglob("*.parquet")
+        for row in pq.read_table(path, columns=["topic", "partition", "offset"]).to_pylist()
+    )
+    assert copied == sorted((r.topic, r.partition, r.offset) for r in records)
 
 
 # --- (c) backfill over two dates on a scheduler, then a rerun of one date ------------------------------------------

@@ -19,6 +19,8 @@ from cdcreplay_lab.benchmark import main
         (["--nightly-events", "200000"], "--nightly-events and --full-rebuild-from apply to the nightly run: add"),
         (["--full-rebuild-from", "r.json"], "--nightly-events and --full-rebuild-from apply to the nightly run: add"),
         (["--incremental", "--nightly-events", "0"], "--nightly-events must be at least 1"),
+        (["--from-kafka", "--incremental"], "--from-kafka replays the formats' full rebuilds from a broker: give"),
+        (["--from-kafka", "--formats", "none", "--reconcile-rows", "1000"], "--from-kafka replays the formats' full"),
         (
             ["--incremental", "--full-rebuild-from", "r.json"],
             "--full-rebuild-from takes the full rebuild of one format: give exactly one in --formats",

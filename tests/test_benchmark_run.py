@@ -18,7 +18,9 @@ from cdcreplay_lab.benchmark import (
     _config,
     earlier_full_rebuild,
     keyed_source,
+    local_broker,
     measure,
+    measure_from_kafka,
     measure_incremental,
     render,
     simulated,
@@ -69,6 +71,24 @@ def test_a_measured_run_reports_what_the_job_did(spark, tmp_path, fmt, target, h
     table = render([result])
     assert fmt in table.splitlines()[2]
     assert "x target" in table.splitlines()[0]
+
+
+def test_a_run_from_a_broker_reports_beside_the_archive_run_and_publishes_the_same_tables(spark, tmp_path):
+    """`--from-kafka`: the archive is produced to a local broker at its own offsets and replayed from there; the row
+    says so and the tables equal the archive run's, provenance included."""
+    archive_run = measure(spark, tmp_path, "debezium-json", EVENTS, reconcile=False)
+    with local_broker(tmp_path) as bootstrap:
+        from_kafka = measure_from_kafka(spark, tmp_path, archive_run, reconcile=False, bootstrap=bootstrap)
+    assert not (tmp_path / "kafka").exists()  # the broker's log goes with it
+
+    assert from_kafka["source"] == "kafka" and "source" not in archive_run
+    assert from_kafka["pipeline"] == f"{archive_run['pipeline']}_kafka"
+    assert from_kafka["records"] == archive_run["records"]
+    assert from_kafka["tables"] == archive_run["tables"]
+    assert from_kafka["differing_from_archive"] == []
+    assert from_kafka["duckdb"]["latest_rows"] == archive_run["duckdb"]["latest_rows"]
+    lines = render([archive_run, from_kafka]).splitlines()
+    assert lines[2].startswith("debezium-json ") and lines[3].startswith("debezium-json (kafka) ")
 
 
 def test_a_nightly_run_of_the_newest_records_publishes_what_the_full_rebuild_did(spark, tmp_path):

@@ -170,7 +170,9 @@ def mounts(services: dict, name: str) -> dict[str, str]:
 
 def test_services_images_and_health(resolved):
     services = resolved["services"]
-    assert set(services) == {"postgres", "minio", *ONE_SHOT, *AIRFLOW_SERVICES, "spark-master", *SPARK_WORKERS}
+    assert set(services) == {
+        "postgres", "minio", "kafka", *ONE_SHOT, *AIRFLOW_SERVICES, "spark-master", *SPARK_WORKERS
+    }  # fmt: skip
     for name, service in services.items():
         image = service["image"]
         assert re.fullmatch(r"[\w./-]+:[\w.-]+", image) and not image.endswith(":latest"), f"{name}: pin {image}"
@@ -192,6 +194,11 @@ def test_services_images_and_health(resolved):
     }
     assert mounts(services, "minio") == {"/data": "minio-data"}
     assert "minio-data" in resolved["volumes"]
+    # The stack's broker is the Kafka release the tests' broker is (cdcreplay.jars.KAFKA_BROKER), in KRaft mode.
+    assert services["kafka"]["image"] == f"apache/kafka:{kafka_release()}"
+    assert services["kafka"]["environment"]["KAFKA_PROCESS_ROLES"] == "broker,controller"
+    assert {(p["host_ip"], p["target"]) for p in services["kafka"]["ports"]} == {("127.0.0.1", 9094)}
+    assert mounts(services, "kafka") == {"/var/lib/kafka/data": "kafka-data"}
     # A worker is healthy once the master lists it, under the name it registers with.
     for worker in SPARK_WORKERS:
         assert services[worker]["hostname"] == worker
@@ -219,8 +226,10 @@ def test_start_order(resolved):
     for worker in SPARK_WORKERS:
         assert services[worker]["depends_on"] == {"spark-master": {"condition": "service_healthy", "required": True}}
     # The bucket exists before the demo archive is uploaded into it, and MinIO answers before the bucket is made.
+    # ... and the broker answers before the demo history is produced to it.
     assert services["demo-data"]["depends_on"] == {
-        "minio-init": {"condition": "service_completed_successfully", "required": True}
+        "minio-init": {"condition": "service_completed_successfully", "required": True},
+        "kafka": {"condition": "service_healthy", "required": True},
     }
     assert services["minio-init"]["depends_on"] == {"minio": {"condition": "service_healthy", "required": True}}
 
@@ -238,7 +247,9 @@ def test_spark_wiring_and_the_job_package(resolved):
         assert not {"archive", "warehouse"} & set(mounts(services, name).values()), name
     for folder in ("dags", "jobs", "plugins", "expectations", "config"):
         assert mounts(services, "airflow-scheduler")[f"/opt/cdcreplay/{folder}"] == str(REPO / folder)
-    assert set(resolved["volumes"]) == {"postgres-data", "airflow-logs", "airflow-auth", "dist", "minio-data"}
+    assert set(resolved["volumes"]) == {
+        "postgres-data", "airflow-logs", "airflow-auth", "dist", "minio-data", "kafka-data"
+    }  # fmt: skip
 
     # The executors get cdcreplay only as the --py-files zip: no code mount, no PYTHONPATH in the Spark image.
     for spark in ("spark-master", *SPARK_WORKERS):
@@ -251,6 +262,14 @@ def test_spark_wiring_and_the_job_package(resolved):
     assert mounts(services, "demo-data")[dist] == mounts(services, "airflow-scheduler")[dist] == "dist"
     assert mounts(services, "demo-data")["/opt/cdcreplay/docker"] == str(REPO / "docker")
     assert services["demo-data"]["command"] == ["/opt/cdcreplay/docker/init-demo-data.sh"]
+
+
+def kafka_release() -> str:
+    """The Kafka release of the tests' broker (the kafka_2.13 jar of cdcreplay.jars.KAFKA_BROKER)."""
+    from cdcreplay.jars import KAFKA_BROKER
+
+    (server,) = [jar for jar in KAFKA_BROKER if jar.artifact.startswith("kafka_")]
+    return server.version
 
 
 def created_bucket(services: dict) -> str:
@@ -274,14 +293,21 @@ def test_the_stack_runs_the_compose_pipelines_in_the_bucket(resolved):
     bucket = created_bucket(services)
     config = load_config(COMPOSE_PIPELINES)
     assert config.warehouse == f"s3a://{bucket}/warehouse"
-    for pipeline in config.project.pipelines:
+    from_files = [p for p in config.project.pipelines if p.archive.layout != "kafka"]
+    for pipeline in from_files:
         assert config.archive_path(pipeline) == f"s3a://{bucket}/archive/{pipeline.name}"
 
-    def pipelines(project) -> list[tuple]:
-        return [(p.name, p.format, p.archive.layout, p.tables, p.options) for p in project.pipelines]
+    def pipelines(chosen) -> list[tuple]:
+        return [(p.name, p.format, p.archive.layout, p.tables, p.options) for p in chosen]
 
     demo = load_config(REPO / "config" / "pipelines.yaml").project
-    assert pipelines(config.project) == pipelines(demo)
+    assert pipelines(from_files) == pipelines(demo.pipelines)
+    # Besides them, demo_kafka replays the stack's broker, on the listener it advertises inside the stack, and is
+    # archived into the bucket.
+    (from_kafka,) = [p for p in config.project.pipelines if p.archive.layout == "kafka"]
+    advertised = services["kafka"]["environment"]["KAFKA_ADVERTISED_LISTENERS"].split(",")
+    assert [f"PLAINTEXT://{server}" for server in from_kafka.archive.bootstrap_servers] == advertised[:1]
+    assert config.copy_path(from_kafka) == f"s3a://{bucket}/archive/{from_kafka.name}"
     assert config.project.keep_versions == demo.keep_versions
 
 
@@ -379,6 +405,9 @@ def test_dockerfiles_pin_their_bases_and_match_the_jobs_python_and_libraries():
         if name in required:
             assert required[name] == version, f"{name}: requirements.txt pins another version"
     assert pins["pyspark"] == "4.2.0"
+    # The demo feed's producer (docker/init-demo-data.sh) is the one the tests produce with.
+    producer = re.search(r'"confluent-kafka==([\w.]+)"', (REPO / "docker" / "airflow.Dockerfile").read_text())
+    assert producer and f"confluent-kafka=={producer.group(1)}" in (REPO / "requirements-dev.txt").read_text()
 
 
 def test_the_demo_data_script_builds_the_package_and_simulates_missing_archives_once(tmp_path):
@@ -486,6 +515,54 @@ def test_the_demo_data_script_uploads_missing_archives_to_s3_once(tmp_path, monk
             "demo_b: s3a://lake/archive/demo_b already holds an archive; left as it is",
         ]
         assert objects() == uploaded
+
+
+def test_the_demo_data_script_feeds_a_kafka_pipeline_its_history_once(kafka, tmp_path):
+    """A Kafka pipeline, as demo_kafka in config/compose-pipelines.yaml: the simulated history of its format goes to
+    its brokers (here the suite's broker) at the simulator's offsets, unless one of its topics exists; topics that
+    are not the ones the simulator writes are refused, naming them."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    topics = ["qlik.shop.customers", "qlik.shop.order_items", "qlik.shop.orders"]  # no other test's topics
+
+    def run(pipeline_topics: list[str]) -> subprocess.CompletedProcess:
+        config = tmp_path / "pipelines.yaml"
+        config.write_text(
+            f"warehouse: {tmp_path / 'warehouse'}\npipelines:\n  - name: demo_q\n    format: qlik-json\n"
+            f"    archive: {{layout: kafka, bootstrap_servers: [{kafka}]}}\n    topics: [{', '.join(pipeline_topics)}]\n",
+            encoding="utf-8",
+        )
+        env = {
+            "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+            "CDCREPLAY_CONFIG": str(config),
+            "CDCREPLAY_PY_FILES": str(tmp_path / "dist" / "cdcreplay-jobs.zip"),
+            "CDCREPLAY_DEMO_EVENTS": "60",
+        }
+        return subprocess.run(
+            [str(REPO / "docker" / "init-demo-data.sh")], env=env, capture_output=True, text=True, timeout=300
+        )
+
+    refused = run(topics[-1:])
+    assert refused.returncode != 0
+    assert f"pipelines.demo_q.topics: the demo feed writes {', '.join(topics)}; name exactly these" in refused.stderr
+
+    first = run(topics)
+    assert first.returncode == 0, first.stderr
+    fed = re.fullmatch(
+        rf"demo_q: produced 60 row events \(qlik-json\) -> (\d+) Kafka records to {', '.join(topics)} on {kafka}",
+        first.stdout.splitlines()[-1],
+    )
+    assert fed, first.stdout
+    consumer = Consumer({"bootstrap.servers": kafka, "group.id": "demo-data-test"})
+    try:
+        held = sum(consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)[1] for topic in topics)
+    finally:
+        consumer.close()
+    assert held == int(fed.group(1))
+
+    second = run(topics)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.splitlines()[-1] == f"demo_q: {', '.join(topics)} already on {kafka}; left as it is"
 
 
 def package_modules() -> list[str]:

@@ -146,10 +146,21 @@ def test_nightly_schedule_is_a_daily_data_interval(nightly):
     assert nightly.start_date == datetime(2026, 1, 1, tzinfo=UTC)
 
 
+SPARK_TASKS = ("replay", "reconcile", "archive")
+
+
 def test_nightly_wiring(nightly):
     downstream = {task.task_id: sorted(task.downstream_task_ids) for task in nightly.tasks}
-    assert downstream["validate_run"] == ["fail_run_if_a_task_failed", "replay", "skip_reconcile_on_dry_run"]
+    assert downstream["validate_run"] == [
+        "fail_run_if_a_task_failed",
+        "replay",
+        "skip_archive_without_copy_to",
+        "skip_reconcile_on_dry_run",
+    ]
     assert downstream["replay"] == ["fail_run_if_a_task_failed", "skip_reconcile_on_dry_run"]
+    # The archive runs beside the replay (it keeps its own progress) and ends before the report
+    assert downstream["skip_archive_without_copy_to"] == ["archive"]  # a short circuit skips what follows it
+    assert downstream["archive"] == ["fail_run_if_a_task_failed", "report"]
     assert downstream["skip_reconcile_on_dry_run"] == ["fail_run_if_a_task_failed", "reconcile"]
     assert downstream["reconcile"] == ["fail_run_if_a_task_failed", "report"]
     assert downstream["report"] == ["fail_run_if_a_task_failed"]
@@ -159,7 +170,9 @@ def test_nightly_wiring(nightly):
     assert nightly.get_task("fail_run_if_a_task_failed").trigger_rule == "one_failed"
 
 
-@pytest.mark.parametrize(("task_id", "job"), [("replay", "replay.py"), ("reconcile", "reconcile.py")])
+@pytest.mark.parametrize(
+    ("task_id", "job"), [("replay", "replay.py"), ("reconcile", "reconcile.py"), ("archive", "archive.py")]
+)
 def test_spark_tasks_submit_the_jobs_with_the_rendered_run_spec(nightly, task_id, job):
     task = nightly.get_task(task_id)
     assert task.application == str(REPO / "jobs" / job)
@@ -178,7 +191,7 @@ def test_spark_tasks_submit_the_jobs_with_the_rendered_run_spec(nightly, task_id
 def test_spark_tasks_run_the_jvms_with_the_collector_the_local_sessions_use(nightly):
     from cdcreplay.spark import JVM_OPTIONS
 
-    for task_id in ("replay", "reconcile"):
+    for task_id in SPARK_TASKS:
         conf = nightly.get_task(task_id).conf
         assert conf["spark.driver.extraJavaOptions"] == conf["spark.executor.extraJavaOptions"] == JVM_OPTIONS
 
@@ -186,7 +199,7 @@ def test_spark_tasks_run_the_jvms_with_the_collector_the_local_sessions_use(nigh
 def test_spark_tasks_submit_the_pinned_jars_set_up_fetched(nightly):
     from cdcreplay.jars import PINNED, jar_path
 
-    for task_id in ("replay", "reconcile"):
+    for task_id in SPARK_TASKS:
         assert nightly.get_task(task_id).jars == ",".join(sorted(str(jar_path(jar)) for jar in PINNED))
 
 
@@ -413,6 +426,39 @@ def test_validate_run_reports_config_errors_with_file_and_field(validate_run, co
     with pytest.raises(AirflowFailException, match=r"pipelines\.0\.format: unknown format 'avro'") as error:
         validate_run()
     assert str(config_file) in str(error.value)
+
+
+def test_the_archive_task_runs_only_for_kafka_pipelines_with_copy_to_and_not_on_a_dry_run(nightly, tmp_path):
+    config = tmp_path / "pipelines.yaml"
+    config.write_text(
+        textwrap.dedent(
+            f"""
+            warehouse: warehouse
+            pipelines:
+              - name: archived
+                format: debezium-json
+                archive: {{layout: kafka, bootstrap_servers: [b:9092], copy_to: {tmp_path / "copy"}}}
+                topics: [shop.orders]
+              - name: read_only
+                format: debezium-json
+                archive: {{layout: kafka, bootstrap_servers: [b:9092]}}
+                topics: [shop.orders]
+              - name: files
+                format: canal-json
+                archive: {{path: archive/canal}}
+            """
+        ),
+        encoding="utf-8",
+    )
+    gate = nightly.get_task("skip_archive_without_copy_to").python_callable
+
+    def archives(**spec) -> bool:
+        return gate(json.dumps({"config": str(config), "run_id": "r1", **spec}))
+
+    assert archives() is True  # every pipeline: one of them archives
+    assert archives(pipelines=["archived", "files"]) is True
+    assert archives(pipelines=["read_only", "files"]) is False
+    assert archives(dry_run=True) is False
 
 
 def test_the_kafka_connection_reaches_the_jobs_as_client_settings_without_the_brokers(tmp_path):

@@ -1,6 +1,6 @@
 """Replaying straight from a Kafka cluster (``archive.layout: kafka``) against a real broker.
 
-A one-node KRaft broker runs on 127.0.0.1 (the ``kafka`` fixture, kafka_server.py). The simulator's change history
+A one-node KRaft broker runs on 127.0.0.1 (the ``kafka`` fixture, cdcreplay_lab.kafka_broker). The simulator's change history
 is produced to it with a real Kafka producer -- keys, headers (Debezium's key-change headers), tombstones (null
 values after deletes), several partitions, each record to the partition the simulator assigned -- and the same
 records are written as the simulator's own Parquet archive. The broker must then hand out exactly the simulator's
@@ -25,6 +25,7 @@ from cdcreplay.entrypoints import EXIT_BAD_INPUT, EXIT_OK, archive_main, replay_
 from cdcreplay.kafka_source import KafkaSourceError
 from cdcreplay.run_spec import build_run_spec
 from cdcreplay.warehouse import read_table
+from cdcreplay_lab.kafka_broker import produce
 from cdcreplay_lab.simulator.archive_writer import write_archive
 from cdcreplay_lab.simulator.encode_canal import encode_canal_json
 from cdcreplay_lab.simulator.encode_debezium import encode_debezium_json
@@ -37,46 +38,6 @@ ENCODERS = {
     "debezium-json": lambda history: encode_debezium_json(history, schemas=False, partitions=3),
     "canal-json": lambda history: encode_canal_json(history, topic="dts.shop", partitions=2),
 }
-
-
-def _millis(moment) -> int:
-    return int(moment.timestamp() * 1000)
-
-
-def produce(bootstrap: str, records: list) -> None:
-    """Create the records' topics and produce every record to its partition, in order, with its key, headers and
-    timestamp; a tombstone is produced as a null value. Asserts that the broker assigned the simulator's offsets."""
-    from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    partitions: dict[str, int] = {}
-    for record in records:
-        partitions[record.topic] = max(partitions.get(record.topic, 0), record.partition + 1)
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    created = admin.create_topics([NewTopic(topic, count, 1) for topic, count in partitions.items()])
-    for future in created.values():
-        future.result(30)
-    # Idempotence keeps each partition's records in the order they were produced, even across retries.
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20})
-    assigned = {}
-
-    def delivered(error, message):
-        assert error is None, error
-        assigned[(message.topic(), message.partition(), message.offset())] = message.value()
-
-    for record in records:
-        producer.produce(
-            record.topic,
-            value=record.value,
-            key=record.key,
-            partition=record.partition,
-            timestamp=_millis(record.timestamp),
-            headers=list(record.headers) or None,
-            on_delivery=delivered,
-        )
-        producer.poll(0)
-    assert producer.flush(60) == 0
-    assert assigned == {(r.topic, r.partition, r.offset): r.value for r in records}
 
 
 class Replay:
@@ -470,3 +431,14 @@ def test_the_archiver_copies_each_offset_once_and_its_archive_replays_as_the_bro
 def test_archiving_a_pipeline_without_copy_to_fails_before_any_work_naming_the_fix(replay, capsys):
     assert archive_main(["--config", str(replay.config), "--pipeline", "from_archive"]) == EXIT_BAD_INPUT
     assert "give it archive.layout: kafka and archive.copy_to" in capsys.readouterr().err
+
+
+def test_the_archive_job_of_a_run_without_archived_pipelines_does_nothing_and_needs_its_arguments(replay, capsys):
+    spec = build_run_spec(load_config(replay.config), run_id="night").to_json()
+    assert archive_main(["--run-spec", spec]) == EXIT_OK  # neither pipeline has archive.copy_to
+    assert "no pipeline of this run archives its topics" in capsys.readouterr().out
+    dry = json.dumps({**json.loads(spec), "dry_run": True})
+    assert archive_main(["--run-spec", dry]) == EXIT_OK
+    assert "dry run: nothing archived" in capsys.readouterr().out
+    assert archive_main(["--config", str(replay.config)]) == EXIT_BAD_INPUT
+    assert "give --config <pipelines file> --pipeline <name>, or --run-spec '<json>'" in capsys.readouterr().err

@@ -55,11 +55,14 @@ def archive_topics(spark: SparkSession, config: LoadedConfig, pipeline: Pipeline
     target = archive_target(config, pipeline)
     progress = _read_progress(target)
     resume_from = progress.get("read_to")
+    offsets = tuple(r for r in spec.offsets if not pipeline.topics or r.topic in pipeline.topics)
     selection = Selection(
         topics=tuple(pipeline.topics or ()),
         start=spec.start_time if resume_from is None else None,
-        end=spec.end_time,
-        offsets=tuple(spec.offsets) if resume_from is None else (),
+        # A scheduled night (``spec.resume``) reads on to the log's end, as its replay does; any other run stops at
+        # the end it was given.
+        end=None if spec.resume and resume_from is not None else spec.end_time,
+        offsets=offsets if resume_from is None else (),
     )
     _, records, facts = kafka_source.read_topics(spark, pipeline, selection, resume_from)
     ranges = [r for r in facts["kafka"]["ranges"] if r["until"] > r["start"]]
@@ -74,6 +77,14 @@ def archive_topics(spark: SparkSession, config: LoadedConfig, pipeline: Pipeline
         }
         write_json_atomically(target / PROGRESS_FILE, document)
     return ArchiveResult(pipeline.name, str(target), ranges, lost)
+
+
+def archived_pipelines(config: LoadedConfig, spec: RunSpec) -> list[PipelineConfig]:
+    """The pipelines of ``spec`` (all when it names none) that archive their topics: ``archive.layout: kafka`` with
+    ``archive.copy_to``. The DAG's archive task copies these and skips when there are none."""
+    names = spec.pipelines or tuple(p.name for p in config.project.pipelines)
+    chosen = [config.project.pipeline(name) for name in names]
+    return [p for p in chosen if p.archive.layout == "kafka" and p.archive.copy_to]
 
 
 def archive_target(config: LoadedConfig, pipeline: PipelineConfig) -> Location:

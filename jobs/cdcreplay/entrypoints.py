@@ -116,7 +116,9 @@ def reconcile_main(argv: list[str] | None = None) -> int:
 
 
 def archive_main(argv: list[str] | None = None) -> int:
-    """`cdcreplay archive`: copy a Kafka pipeline's topics into its ``archive.copy_to`` (cdcreplay.archiver)."""
+    """`cdcreplay archive` and the DAG's archive task: copy Kafka pipelines' topics into their ``archive.copy_to``
+    (cdcreplay.archiver). ``--config --pipeline`` archives one pipeline; ``--run-spec`` every pipeline of the run
+    that has a ``copy_to`` (none: nothing to do, and Spark is not started)."""
 
     def body() -> int:
         parser = argparse.ArgumentParser(
@@ -124,25 +126,39 @@ def archive_main(argv: list[str] | None = None) -> int:
             description="Copy a Kafka pipeline's topics from the brokers into a Parquet archive (archive.copy_to), "
             "going on from what it already holds.",
         )
-        parser.add_argument("--config", required=True, help="pipelines file")
-        parser.add_argument("--pipeline", required=True, help="a pipeline with archive.layout kafka and copy_to")
+        parser.add_argument("--run-spec", help="the whole run as JSON (what the Airflow DAG passes)")
+        parser.add_argument("--config", help="pipelines file (with --pipeline)")
+        parser.add_argument("--pipeline", help="a pipeline with archive.layout kafka and copy_to")
         parser.add_argument("--start", help="ISO-8601 UTC: where an empty archive starts (default: the log's start)")
         parser.add_argument("--end", help="ISO-8601 UTC, exclusive: archive records before it (default: all)")
         parser.add_argument(
             "--offsets", help='JSON, where an empty archive starts: {"topic": {"0": {"start": 0, ...}}}'
         )
         args = parser.parse_args(argv)
-        config = load_config(args.config)
-        spec = build_run_spec(
-            config, run_id="archive", pipelines=[args.pipeline], start=args.start, end=args.end, offsets=args.offsets
-        )
-        pipeline = config.project.pipeline(args.pipeline)
-        from cdcreplay.archiver import archive_target, archive_topics, render_archive
+        from cdcreplay.archiver import archive_target, archive_topics, archived_pipelines, render_archive
+
+        if args.run_spec:
+            spec = RunSpec.from_json(args.run_spec)
+            config = load_config(spec.config)
+            pipelines = archived_pipelines(config, spec)
+            if spec.dry_run or not pipelines:
+                print("dry run: nothing archived" if spec.dry_run else "no pipeline of this run archives its topics")
+                return EXIT_OK
+        elif args.config and args.pipeline:
+            config = load_config(args.config)
+            spec = build_run_spec(
+                config, run_id="archive", pipelines=[args.pipeline], start=args.start, end=args.end,
+                offsets=args.offsets,
+            )  # fmt: skip
+            pipelines = [config.project.pipeline(args.pipeline)]
+            archive_target(config, pipelines[0])  # a pipeline that cannot be archived fails before Spark starts
+        else:
+            raise ConfigError("give --config <pipelines file> --pipeline <name>, or --run-spec '<json>'")
         from cdcreplay.spark import build_session
 
-        archive_target(config, pipeline)  # a pipeline that cannot be archived fails before Spark starts
-        spark = build_session(f"cdcreplay-archive-{pipeline.name}")
-        print(render_archive(archive_topics(spark, config, pipeline, spec)))
+        spark = build_session(f"cdcreplay-archive-{spec.run_id if args.run_spec else pipelines[0].name}")
+        for pipeline in pipelines:
+            print(render_archive(archive_topics(spark, config, pipeline, spec)))
         return EXIT_OK
 
     return _guarded(body)

@@ -125,7 +125,7 @@ DELTA_JARS = (DELTA_SPARK, DELTA_STORAGE)
 S3PROXY = MavenJar(
     "org.gaul", "s3proxy", "4.1.0", "0a0b89e982bc1b1b5757d45b61109e05a840dd87", classifier="jar-with-dependencies"
 )
-# A single-node Kafka broker for the tests (tests/kafka_server.py: KRaft, broker and controller in one JVM on
+# A single-node Kafka broker for the tests (cdcreplay_lab/kafka_broker.py: KRaft, broker and controller in one JVM on
 # 127.0.0.1): kafka_2.13 4.4.0 with its runtime dependencies as Maven resolves them (`mvn dependency:tree` of that
 # one artifact), plus log4j's SLF4J binding so the broker's log says why it stopped. It runs in a JVM of its own with
 # exactly these on its classpath, so nothing here is shared with, or excluded because of, pyspark's jars.

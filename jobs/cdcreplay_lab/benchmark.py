@@ -2,7 +2,7 @@
 
 cdcreplay benchmark [--events 2000000] [--formats debezium-json,canal-json|all|none] [--master local[2]] [--reconcile]
                    [--incremental [--nightly-events 200000] [--full-rebuild-from result.json | --state-keys 5000000]]
-                   [--reconcile-rows 5000000]
+                   [--reconcile-rows 5000000] [--from-kafka]
 
 For each format: the simulator writes a Parquet archive of ``--events`` row events (kept under ``--work`` and reused
 while the parameters are unchanged), then the same ``run_pipeline`` the Spark job runs does a full rebuild: read
@@ -11,7 +11,8 @@ The reference is the hand-written Spark job of shared/environment.md (Debezium J
 196,000 events/s; DuckDB did the same at ~1,000,000 events/s. A JSON result file is written for comparisons.
 ``--reconcile-rows N`` also times the reconciliation of an N-row snapshot against an N-row state
 (``benchmark_reconcile``). ``--incremental --state-keys N`` measures a nightly run onto a state of N keys on an
-archive Spark writes instead of the simulator (``benchmark_keyed``).
+archive Spark writes instead of the simulator (``benchmark_keyed``). ``--from-kafka`` also replays each format's
+archive from a local Kafka broker and reports it beside the archive's row (``benchmark_kafka``).
 
 Not part of the test run: timings on a shared 2-core machine are noisy, so they are measured here, not asserted.
 """
@@ -26,6 +27,8 @@ import resource
 import shutil
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -58,6 +61,8 @@ class ArchiveSource:
     path: Path
     settings: dict  # pipeline config entries a reader of the archive needs (keys, types, writer schemas)
     pipeline: str  # the pipeline's name, and so its warehouse folder
+    archive: dict | None = None  # the pipeline's archive block when the records come from elsewhere (a broker)
+    topics: tuple[str, ...] = ()  # the topics a Kafka pipeline reads
 
 
 def simulated(work: Path, fmt: str, events: int) -> ArchiveSource:
@@ -122,7 +127,8 @@ def _config(work: Path, fmt: str, source: ArchiveSource, warehouse: str = "wareh
     pipeline = {
         "name": source.pipeline,
         "format": fmt,
-        "archive": {"path": str(source.path), "layout": "parquet"},
+        "archive": source.archive or {"path": str(source.path), "layout": "parquet"},
+        **({"topics": list(source.topics)} if source.topics else {}),
         **source.settings,
     }
     path = work / f"{fmt}-{warehouse}.yaml"
@@ -181,6 +187,45 @@ def measure(spark, work: Path, fmt: str, events: int, reconcile: bool, source: A
         live_rows = sum(result["tables"].values())
         if reference["latest_rows"] != live_rows:
             result["duckdb_mismatch"] = f"DuckDB kept {reference['latest_rows']} latest rows, the job {live_rows}"
+    return result
+
+
+@contextmanager
+def local_broker(work: Path) -> Iterator[str]:
+    """A fresh one-node Kafka broker for this benchmark (its log under ``work``); yields its bootstrap address."""
+    from cdcreplay_lab.kafka_broker import running_kafka
+
+    folder = work / "kafka"
+    shutil.rmtree(folder, ignore_errors=True)
+    try:
+        with running_kafka(folder) as bootstrap:
+            yield bootstrap
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def measure_from_kafka(spark, work: Path, archive_run: dict, reconcile: bool, bootstrap: str) -> dict:
+    """The full rebuild of ``archive_run``'s simulated archive, produced to the broker first and read from it; its
+    tables must equal the archive run's (``differing_from_archive`` lists any that do not)."""
+    from cdcreplay_lab.benchmark_kafka import put_on_broker
+
+    fmt, events = archive_run["format"], archive_run["row_events"]
+    archive = simulated(work, fmt, events)
+    began = time.monotonic()
+    topics, produced = put_on_broker(bootstrap, archive.path)
+    print(f"  produced {produced:,} records to the broker in {time.monotonic() - began:.0f}s", flush=True)
+    source = ArchiveSource(
+        archive.path,
+        archive.settings,
+        f"{archive.pipeline}_kafka",
+        archive={"layout": "kafka", "bootstrap_servers": [bootstrap]},
+        topics=tuple(topics),
+    )
+    result = {**measure(spark, work, fmt, events, reconcile, source), "source": "kafka"}
+    published = {table: (path, result["table_versions"].get(table)) for table, path in result["table_paths"].items()}
+    result["differing_from_archive"] = differing = differing_tables(spark, published, archive_run)
+    tables = f"DIFFERENT tables: {', '.join(differing)}" if differing else "the same tables as from the archive"
+    print(f"  from Kafka: {result['events_per_s']:,} events/s in {result['seconds']:.1f}s, {tables}", flush=True)
     return result
 
 
@@ -264,16 +309,8 @@ def measure_incremental(
         began = time.monotonic()
         nightly = run_pipeline(spark, config, pipeline, build_run_spec(config, run_id="nightly", start=cut_text))
         elapsed = time.monotonic() - began
-    differing = [
-        table
-        for table, info in nightly.tables.items()
-        if table not in full["table_paths"]
-        or _differ(
-            spark,
-            (info["path"], info["delta_version"]),
-            (full["table_paths"][table], full.get("table_versions", {}).get(table)),
-        )
-    ] + [table for table in full["table_paths"] if table not in nightly.tables]
+    published = {table: (info["path"], info["delta_version"]) for table, info in nightly.tables.items()}
+    differing = differing_tables(spark, published, full)
     return {
         "state_records_before": history.distinct_records,
         # the keys the nightly run merges into: live rows and the tombstones of deleted keys
@@ -288,6 +325,18 @@ def measure_incremental(
         "identical_to_full_rebuild": not differing,
         "differing_tables": differing,
     }
+
+
+def differing_tables(spark, published: dict[str, tuple[str, int | None]], reference: dict) -> list[str]:
+    """The tables of ``published`` ((Delta folder, version) per table) whose rows differ from those of ``reference``
+    (a result of :func:`measure`), or that only one of the two has."""
+    versions = reference.get("table_versions", {})
+    theirs = {table: (path, versions.get(table)) for table, path in reference["table_paths"].items()}
+    return sorted(
+        table
+        for table in published.keys() | theirs.keys()
+        if table not in published or table not in theirs or _differ(spark, published[table], theirs[table])
+    )
 
 
 def _differ(spark, left: tuple[str, int | None], right: tuple[str, int | None]) -> bool:
@@ -335,18 +384,19 @@ class PeakMemory:
 
 def render(results: list[dict]) -> str:
     header = (
-        f"{'format':18} {'records':>10} {'seconds':>8} {'events/s':>10} {'x target':>8} {'x ref':>6} {'duckdb/s':>9} "
+        f"{'format':21} {'records':>10} {'seconds':>8} {'events/s':>10} {'x target':>8} {'x ref':>6} {'duckdb/s':>9} "
         f"{'x duck':>6} "
         f"{'jvm MB':>6}  " + "  ".join(f"{s:>8}" for s in PIPELINE_STAGES) + f"  {'reconcile':>9}"
     )
     lines = [header, "-" * len(header)]
     for r in results:
+        name = f"{r['format']} (kafka)" if r.get("source") == "kafka" else r["format"]
         stages = "  ".join(f"{r['stages_s'].get(s, 0):>7.1f}s" for s in PIPELINE_STAGES)
         reconcile = f"{r['reconcile_s']:>8.1f}s" if "reconcile_s" in r else f"{'-':>9}"
         duck = r.get("duckdb")
         duck_text = f"{duck['events_per_s']:>9,} {r['ratio_to_duckdb']:>6.3f}" if duck else f"{'-':>9} {'-':>6}"
         lines.append(
-            f"{r['format']:18} {r['records']:>10,} {r['seconds']:>8.1f} {r['events_per_s']:>10,} "
+            f"{name:21} {r['records']:>10,} {r['seconds']:>8.1f} {r['events_per_s']:>10,} "
             f"{r['ratio_to_target']:>8.3f} {r['ratio_to_spark_reference']:>6.2f} {duck_text} "
             f"{r['peak_driver_jvm_mb']:>6}  {stages}  {reconcile}"
         )
@@ -355,7 +405,8 @@ def render(results: list[dict]) -> str:
         f"{PYTHON_TARGET_EVENTS_PER_S:,} for {', '.join(PYTHON_FORMATS)}); "
         f"x ref: events/s divided by the hand-written Spark reference ({SPARK_REFERENCE:,} events/s, "
         "shared/environment.md); duckdb/s: the same archive decoded and compacted by DuckDB SQL in this run "
-        "(benchmark_reference.py), x duck the ratio to it; jvm MB: peak driver heap used."
+        "(benchmark_reference.py), x duck the ratio to it; jvm MB: peak driver heap used; (kafka): the same records "
+        "replayed from a local Kafka broker instead of the archive's files."
     )
     return "\n".join(lines)
 
@@ -406,6 +457,12 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="also time reconciling a snapshot of this many rows against a state of as many (e.g. 5000000)",
     )
+    parser.add_argument(
+        "--from-kafka",
+        action="store_true",
+        help="also replay each format's archive from a local Kafka broker (started from the jars `python -m "
+        "cdcreplay.jars --test-servers` fetches) and report it beside the archive's row",
+    )
     parser.add_argument("--result", type=Path, help="JSON result file (default <work>/result-<time>.json)")
     args = parser.parse_args(argv)
     if args.state_keys is not None:
@@ -434,6 +491,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--reconcile-rows must be 0 (off) or at least 1000")
     if not formats and not args.reconcile_rows:
         parser.error("nothing to measure: give --formats, --reconcile-rows or both")
+    if args.from_kafka and (args.incremental or not formats):
+        parser.error("--from-kafka replays the formats' full rebuilds from a broker: give --formats, not --incremental")
     if (args.nightly_events is not None or args.full_rebuild_from) and not args.incremental:
         parser.error("--nightly-events and --full-rebuild-from apply to the nightly run: add --incremental")
     if args.nightly_events is not None and args.nightly_events < 1:
@@ -457,41 +516,45 @@ def main(argv: list[str] | None = None) -> int:
     from cdcreplay.progress import show_on_console
 
     show_on_console("[benchmark]")  # run_pipeline's stage lines as a bar (plain lines when not a terminal)
-    results = []
-    source = None
-    if args.state_keys:
-        print(f"{KEYED_FORMAT}: a state of {args.state_keys:,} keys and {args.nightly_events:,} night records")
-        source = keyed_source(spark, args.work, args.state_keys, args.nightly_events)
-    for fmt in formats:
-        print(f"{fmt}: {args.events:,} " + ("records" if source else "row events"), flush=True)
-        if args.full_rebuild_from:
-            results.append(earlier)
-            print(f"  full rebuild taken from {args.full_rebuild_from}", flush=True)
-        else:
-            results.append(measure(spark, args.work, fmt, args.events, args.reconcile, source))
-        print(f"  {results[-1]['events_per_s']:,} events/s in {results[-1]['seconds']:.1f}s", flush=True)
-        if args.incremental:
-            results[-1]["incremental"] = incremental = measure_incremental(
-                spark, args.work, fmt, args.events, results[-1], args.nightly_events, source
-            )
-            print(
-                f"  nightly run of {incremental['nightly_records']:,} records onto a state of "
-                f"{incremental['state_keys_before']:,} keys (built from {incremental['state_records_before']:,} "
-                f"records): {incremental['nightly_s']:.1f}s, "
-                f"{incremental['speedup_vs_full']}x faster than the full rebuild, "
-                + (
-                    "identical tables"
-                    if incremental["identical_to_full_rebuild"]
-                    else f"DIFFERENT tables: {', '.join(incremental['differing_tables'])}"
-                ),
-                flush=True,
-            )
-    reconciliation = None
-    if args.reconcile_rows:
-        from cdcreplay_lab.benchmark_reconcile import measure_reconcile
+    with ExitStack() as broker:  # the broker stops however the measurements end
+        bootstrap = broker.enter_context(local_broker(args.work)) if args.from_kafka else None
+        results = []
+        source = None
+        if args.state_keys:
+            print(f"{KEYED_FORMAT}: a state of {args.state_keys:,} keys and {args.nightly_events:,} night records")
+            source = keyed_source(spark, args.work, args.state_keys, args.nightly_events)
+        for fmt in formats:
+            print(f"{fmt}: {args.events:,} " + ("records" if source else "row events"), flush=True)
+            if args.full_rebuild_from:
+                results.append(earlier)
+                print(f"  full rebuild taken from {args.full_rebuild_from}", flush=True)
+            else:
+                results.append(measure(spark, args.work, fmt, args.events, args.reconcile, source))
+            print(f"  {results[-1]['events_per_s']:,} events/s in {results[-1]['seconds']:.1f}s", flush=True)
+            if bootstrap:
+                results.append(measure_from_kafka(spark, args.work, results[-1], args.reconcile, bootstrap))
+            if args.incremental:
+                results[-1]["incremental"] = incremental = measure_incremental(
+                    spark, args.work, fmt, args.events, results[-1], args.nightly_events, source
+                )
+                print(
+                    f"  nightly run of {incremental['nightly_records']:,} records onto a state of "
+                    f"{incremental['state_keys_before']:,} keys (built from {incremental['state_records_before']:,} "
+                    f"records): {incremental['nightly_s']:.1f}s, "
+                    f"{incremental['speedup_vs_full']}x faster than the full rebuild, "
+                    + (
+                        "identical tables"
+                        if incremental["identical_to_full_rebuild"]
+                        else f"DIFFERENT tables: {', '.join(incremental['differing_tables'])}"
+                    ),
+                    flush=True,
+                )
+        reconciliation = None
+        if args.reconcile_rows:
+            from cdcreplay_lab.benchmark_reconcile import measure_reconcile
 
-        print(f"reconciliation: {args.reconcile_rows:,}-row snapshot against a {args.reconcile_rows:,}-row state")
-        reconciliation = measure_reconcile(spark, args.work, args.reconcile_rows)
+            print(f"reconciliation: {args.reconcile_rows:,}-row snapshot against a {args.reconcile_rows:,}-row state")
+            reconciliation = measure_reconcile(spark, args.work, args.reconcile_rows)
     spark.stop()
 
     print()

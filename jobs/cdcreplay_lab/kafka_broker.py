@@ -1,6 +1,7 @@
-"""A real Kafka broker on 127.0.0.1 for the tests: Apache Kafka 4.4 in KRaft mode (no ZooKeeper), one JVM that is
-both the cluster's only controller and its only broker, from the jars cdcreplay.jars pins (KAFKA_BROKER, fetched by
-`python -m cdcreplay.jars --test-servers`, as scripts/test.sh does).
+"""A real Kafka broker on 127.0.0.1 for the tests and the benchmark: Apache Kafka 4.4 in KRaft mode (no ZooKeeper),
+one JVM that is both the cluster's only controller and its only broker, from the jars cdcreplay.jars pins
+(KAFKA_BROKER, fetched by `python -m cdcreplay.jars --test-servers`, as scripts/test.sh does); and ``produce``, which
+puts a simulated archive's records on it at the simulator's own offsets.
 
 The broker is configured for replaying history rather than serving traffic:
 - record timestamps are the simulated history's (CreateTime, months or years before or after today), so time-based
@@ -17,6 +18,7 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Iterable
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -160,3 +162,67 @@ def running_kafka(folder: Path, timeout_s: float = 120):
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+def produce(bootstrap: str, records: Iterable, partitions: dict[str, int] | None = None) -> int:
+    """Create the records' topics and produce every record to its partition, in order, with its key, headers and
+    timestamp (a tombstone as a null value); the number produced. Raises unless the broker assigned each record the
+    offset it has in the archive (``record.offset``), so the broker serves exactly the archive's coordinates.
+
+    ``records``: objects with the archive's fields (``topic, partition, offset, timestamp, key, value, headers``), in
+    offset order within each partition; ``partitions``: partitions per topic (default: found in ``records``, which
+    must then be a list)."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    if partitions is None:
+        partitions = {}
+        for record in records:
+            partitions[record.topic] = max(partitions.get(record.topic, 0), record.partition + 1)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    created = admin.create_topics([NewTopic(topic, count, 1) for topic, count in partitions.items()])
+    for future in created.values():
+        future.result(30)
+    # Idempotence keeps each partition's records in the order they were produced, even across retries.
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "linger.ms": 20,
+            "queue.buffering.max.kbytes": 512 * 1024,
+        }
+    )
+    misplaced: list[str] = []
+
+    def delivered(expected: int):
+        def report(error, message) -> None:
+            if error is not None:
+                misplaced.append(f"refused: {error}")
+            elif message.offset() != expected:
+                misplaced.append(f"{message.topic()}[{message.partition()}] at {message.offset()}, not {expected}")
+
+        return report
+
+    produced = 0
+    for record in records:
+        while True:
+            try:
+                producer.produce(
+                    record.topic,
+                    value=record.value,
+                    key=record.key,
+                    partition=record.partition,
+                    timestamp=int(record.timestamp.timestamp() * 1000),
+                    headers=list(record.headers or ()) or None,
+                    on_delivery=delivered(record.offset),
+                )
+                break
+            except BufferError:  # the client's queue is full: let it send, then try again
+                producer.poll(0.1)
+        producer.poll(0)
+        produced += 1
+    if producer.flush(300) != 0:
+        raise RuntimeError("the broker did not take every record within 300 s")
+    if misplaced:
+        raise RuntimeError(f"{len(misplaced)} records did not land at the archive's offsets, e.g. {misplaced[0]}")
+    return produced
