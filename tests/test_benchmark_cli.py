@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from cdcreplay_lab.benchmark import main
@@ -55,3 +57,56 @@ def test_bad_arguments_are_refused_with_a_message(argv, message, capsys, tmp_pat
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
     assert not any(tmp_path.iterdir())  # refused before anything was written
+
+
+def test_spark_stages_are_placed_in_the_pipeline_stage_they_started_in():
+    from cdcreplay_lab.benchmark_stages import render_stages, stages_of_run
+
+    def stage(stage_id: int, submitted: str, completed: str, run_ms: int, name: str) -> dict:
+        return {
+            "stageId": stage_id,
+            "name": name,
+            "submissionTime": f"2026-11-27T01:00:{submitted}GMT",
+            "completionTime": f"2026-11-27T01:00:{completed}GMT",
+            "executorRunTime": run_ms,
+            "executorCpuTime": run_ms * 500_000,  # nanoseconds: half the run time on CPU
+            "jvmGcTime": 100,
+            "numTasks": 9,
+            "shuffleWriteBytes": 2_000_000,
+        }
+
+    started = datetime(2026, 11, 27, 1, 0, 10, tzinfo=UTC).timestamp()
+    stages = [
+        stage(1, "05.000", "06.000", 900, "collect before the run"),
+        stage(2, "10.500", "12.000", 2_000, "collect at archive.py"),
+        stage(3, "13.000", "40.000", 50_000, "parquet at decode"),
+        stage(4, "45.000", "50.000", 9_000, "save at state"),
+        stage(5, "59.000", "59.500", 400, "after the run"),
+    ]
+    rows = stages_of_run(stages, started, {"read": 2.5, "decode": 30.0, "compact": 10.0})
+    assert [(r["stage_id"], r["pipeline_stage"]) for r in rows] == [
+        (2, "read"), (3, "decode"), (4, "compact"), (5, "after")
+    ]  # fmt: skip
+    assert rows[1] == {
+        "pipeline_stage": "decode",
+        "stage_id": 3,
+        "name": "parquet at decode",
+        "wall_s": 27.0,
+        "task_s": 50.0,
+        "cpu_s": 25.0,
+        "gc_s": 0.1,
+        "tasks": 9,
+        "input_mb": 0.0,
+        "shuffle_write_mb": 2.0,
+    }
+    table = render_stages(rows, top=2).splitlines()
+    assert len(table) == 3 and "parquet at decode" in table[1] and "save at state" in table[2]
+
+
+def test_spark_stages_need_the_spark_ui(spark):
+    from cdcreplay_lab.benchmark_stages import completed_stages
+
+    with pytest.raises(
+        RuntimeError, match=r"--spark-stages reads the Spark UI.s REST API, and spark\.ui\.enabled is off"
+    ):
+        completed_stages(spark)  # the suite's session runs without its UI

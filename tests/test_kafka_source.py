@@ -108,12 +108,14 @@ def test_the_broker_serves_the_same_records_as_the_archive(spark, replay):
     }
 
 
-def test_replaying_the_topics_publishes_what_replaying_the_archive_does(spark, replay):
+def test_replaying_the_topics_publishes_what_replaying_the_archive_does(spark, replay, caplog):
     if replay.fmt == "debezium-json":  # the history's particulars this format carries on the wire
         assert any(r.value is None for r in replay.records)  # tombstones
         assert any(r.headers for r in replay.records)  # key-change headers
     assert len({(r.topic, r.partition) for r in replay.records}) >= 2
-    assert replay_main(["--config", str(replay.config), "--run-id", "full", "--full-rebuild"]) == EXIT_OK
+    with caplog.at_level("INFO", logger="cdcreplay.progress"):
+        assert replay_main(["--config", str(replay.config), "--run-id", "full", "--full-rebuild"]) == EXIT_OK
+    assert f"{len(replay.records)} records selected from {len(replay.topics)} topics" in caplog.text
     runs = replay.root / "warehouse"
     summaries = {
         name: json.loads((runs / name / "runs" / "full" / "summary.json").read_text())

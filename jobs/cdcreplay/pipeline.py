@@ -106,7 +106,8 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
     # -- read: which files, which records, and a manifest of both ------------------------------------------------
     files, selected, manifest = read_slice(spark, config, pipeline, spec, resume_point(pipeline, spec, current))
     warehouse.write_json_atomically(run_dir / MANIFEST_FILE, manifest)
-    clock.lap("read", manifest["records"], unit=f"records selected from {len(files)} files")
+    read_from = f"{len(files)} topics" if pipeline.archive.layout == "kafka" else f"{len(files)} files"
+    clock.lap("read", manifest["records"], unit=f"records selected from {read_from}")
     if spec.dry_run or manifest["distinct_records"] == 0:
         # Nothing to decode (a dry run, or an interval with no records): the published state stays as it is.
         summary = _summary(pipeline, spec, paths, manifest, clock.timings, started, dry_run=spec.dry_run)

@@ -2,7 +2,7 @@
 
 cdcreplay benchmark [--events 2000000] [--formats debezium-json,canal-json|all|none] [--master local[2]] [--reconcile]
                    [--incremental [--nightly-events 200000] [--full-rebuild-from result.json | --state-keys 5000000]]
-                   [--reconcile-rows 5000000] [--from-kafka]
+                   [--reconcile-rows 5000000] [--from-kafka] [--spark-stages]
 
 For each format: the simulator writes a Parquet archive of ``--events`` row events (kept under ``--work`` and reused
 while the parameters are unchanged), then the same ``run_pipeline`` the Spark job runs does a full rebuild: read
@@ -12,7 +12,8 @@ The reference is the hand-written Spark job of shared/environment.md (Debezium J
 ``--reconcile-rows N`` also times the reconciliation of an N-row snapshot against an N-row state
 (``benchmark_reconcile``). ``--incremental --state-keys N`` measures a nightly run onto a state of N keys on an
 archive Spark writes instead of the simulator (``benchmark_keyed``). ``--from-kafka`` also replays each format's
-archive from a local Kafka broker and reports it beside the archive's row (``benchmark_kafka``).
+archive from a local Kafka broker and reports it beside the archive's row (``benchmark_kafka``). ``--spark-stages``
+lists each run's slowest Spark stages from Spark's REST API (``benchmark_stages``) and keeps all of them in the result.
 
 Not part of the test run: timings on a shared 2-core machine are noisy, so they are measured here, not asserted.
 """
@@ -150,10 +151,11 @@ def measure(spark, work: Path, fmt: str, events: int, reconcile: bool, source: A
     run_id = f"bench_{datetime.now(UTC):%Y%m%dT%H%M%S}"
     spec = build_run_spec(config, run_id=run_id, full_rebuild=True)
     with PeakMemory(spark) as memory:
-        began = time.monotonic()
+        started_at, began = time.time(), time.monotonic()
         summary = run_pipeline(spark, config, pipeline, spec)
         elapsed = round(time.monotonic() - began, 2)  # the rate is of the seconds the report shows
     result = {
+        "started_at": started_at,
         "format": fmt,
         "pipeline": source.pipeline,
         "row_events": events,
@@ -463,6 +465,12 @@ def main(argv: list[str] | None = None) -> int:
         help="also replay each format's archive from a local Kafka broker (started from the jars `python -m "
         "cdcreplay.jars --test-servers` fetches) and report it beside the archive's row",
     )
+    parser.add_argument(
+        "--spark-stages",
+        action="store_true",
+        help="after each run, list its slowest Spark stages (task, CPU and GC time, from Spark's REST API); the result "
+        "file keeps every stage",
+    )
     parser.add_argument("--result", type=Path, help="JSON result file (default <work>/result-<time>.json)")
     args = parser.parse_args(argv)
     if args.state_keys is not None:
@@ -530,9 +538,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  full rebuild taken from {args.full_rebuild_from}", flush=True)
             else:
                 results.append(measure(spark, args.work, fmt, args.events, args.reconcile, source))
+                _with_spark_stages(spark, results[-1], args.spark_stages)
             print(f"  {results[-1]['events_per_s']:,} events/s in {results[-1]['seconds']:.1f}s", flush=True)
             if bootstrap:
                 results.append(measure_from_kafka(spark, args.work, results[-1], args.reconcile, bootstrap))
+                _with_spark_stages(spark, results[-1], args.spark_stages)
             if args.incremental:
                 results[-1]["incremental"] = incremental = measure_incremental(
                     spark, args.work, fmt, args.events, results[-1], args.nightly_events, source
@@ -574,6 +584,16 @@ def main(argv: list[str] | None = None) -> int:
     result_path.write_text(json.dumps(document, indent=2), encoding="utf-8")
     print(f"result: {result_path}")
     return 0
+
+
+def _with_spark_stages(spark, result: dict, wanted: bool) -> None:
+    """With ``--spark-stages``: the run's Spark stages into ``result``, the slowest printed."""
+    if not wanted:
+        return
+    from cdcreplay_lab.benchmark_stages import completed_stages, render_stages, stages_of_run
+
+    result["spark_stages"] = stages_of_run(completed_stages(spark), result["started_at"], result["stages_s"])
+    print(render_stages(result["spark_stages"]), flush=True)
 
 
 def _keyed_defaults(parser, args) -> None:
