@@ -434,3 +434,33 @@ def test_a_key_the_snapshot_reads_but_the_changes_deleted_names_the_delete():
         "the snapshot at position [3] (offset 3) reads the key; the newest event before the snapshot (offset 2) "
         "deletes the key, and no archived event before the snapshot creates it again: an insert is missing from the archive"
     )
+
+
+def test_a_key_the_snapshot_did_not_read_but_the_changes_keep_names_the_missing_delete():
+    """missing_in_snapshot: the replayed changes leave the key live, and the snapshot epoch -- which read other keys
+    up to its last read -- did not read it: the archive lacks the delete. Events after the epoch's last read do not
+    count as the newest event before it."""
+    events = build_events(
+        [
+            changelog_row("insert", [1], 1, {"id": "1", "a": "x"}),
+            changelog_row("update", [2], 2, {"id": "1", "a": "y"}),
+            changelog_row("update", [9], 9, {"id": "1", "a": "z"}),  # after the epoch's last read
+        ]
+    )
+    compared = Reconciliation(
+        "r1", 2, "missing_in_snapshot", [], snapshot_seq=None, incremental_seq=3, incremental_op="update"
+    )
+    last_read = {"position": [5], "partition": 0, "offset": 5, "row_index": 0}
+    metrics = {"r1": [{"table_id": "t", "epoch_no": 2, "last_order": json.dumps(last_read)}]}
+    [lost] = lost_changes(events, [compared], metrics, "t")
+    assert (lost.kind, lost.proven, lost.snapshot_seq, lost.newest_before.seq) == ("row", True, None, 2)
+    assert lost.text == (
+        "snapshot epoch 2 of run r1 did not read the key; the newest event before its last read (offset 2) is an "
+        "update, and no archived event deletes it: a delete is missing from the archive"
+    )
+    # Without the epoch's extent (no metrics), every change counts; without any change, the words say so.
+    [unbounded] = lost_changes(events, [compared], {}, "t")
+    assert unbounded.newest_before.seq == 3
+    [no_event] = lost_changes([], [compared], {}, "t")
+    assert no_event.newest_before is None
+    assert "no event before its last read names the key, and no archived event deletes it" in no_event.text
