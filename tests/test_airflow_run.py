@@ -292,9 +292,8 @@ def test_the_dag_replays_a_kafka_pipeline_and_archives_its_topics(kafka, tmp_pat
     from cdcreplay_lab.simulator.history import simulate
 
     # Topics of their own on the suite's broker (server name "dagrun"), in two partitions each.
-    records = list(
-        encode_debezium_json(simulate(seed=SEED, events=EVENTS), schemas=False, server="dagrun", partitions=2)
-    )
+    history = simulate(seed=SEED, events=EVENTS)
+    records = list(encode_debezium_json(history, schemas=False, server="dagrun", partitions=2))
     write_archive(records, tmp_path / "archive")
     produce(kafka, records)
     topics = sorted({r.topic for r in records})
@@ -329,8 +328,10 @@ def test_the_dag_replays_a_kafka_pipeline_and_archives_its_topics(kafka, tmp_pat
         "fail_run_if_a_task_failed": "skipped",
     }
     published = published_rows(tmp_path / "warehouse", ["from_kafka", "from_archive"])
-    for table_id in {key.split("/", 1)[1] for key in published}:
+    assert set(published) == {f"{name}/{table}" for name in ("from_kafka", "from_archive") for table in history.tables}
+    for table_id in history.tables:
         assert published[f"from_kafka/{table_id}"] == published[f"from_archive/{table_id}"], table_id
+        assert len(published[f"from_kafka/{table_id}"]) == len(history.final_state(table_id)), table_id
     (manifest,) = (tmp_path / "warehouse" / "from_kafka" / "runs").glob("*/manifest.json")
     assert json.loads(manifest.read_text())["kafka"]["client_settings"] == ["client.dns.lookup"]
 

@@ -316,6 +316,8 @@ def test_a_run_triggered_from_the_form_replays_the_range_and_the_pipeline_typed(
         "replay": "success",
         "skip_reconcile_on_dry_run": "success",
         "reconcile": "success",
+        "skip_archive_without_copy_to": "success",
+        "archive": "skipped",  # no Kafka pipeline with archive.copy_to
         "report": "success",
         "fail_run_if_a_task_failed": "skipped",  # only a failed task would run it
     }
