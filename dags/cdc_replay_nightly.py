@@ -323,9 +323,8 @@ def cdc_replay_nightly():
     @task.short_circuit(ignore_downstream_trigger_rules=False)
     def skip_archive_without_copy_to(spec_json: str) -> bool:
         """Only Kafka pipelines with `archive.copy_to` are archived, and not on a dry run (it writes nothing)."""
-        from cdcreplay.archiver import archived_pipelines
         from cdcreplay.config import load_config
-        from cdcreplay.run_spec import RunSpec
+        from cdcreplay.run_spec import RunSpec, archived_pipelines
 
         spec = RunSpec.from_json(spec_json)
         archived = [] if spec.dry_run else archived_pipelines(load_config(spec.config), spec)

@@ -55,7 +55,7 @@ def archive_topics(spark: SparkSession, config: LoadedConfig, pipeline: Pipeline
     target = archive_target(config, pipeline)
     progress = _read_progress(target)
     resume_from = progress.get("read_to")
-    offsets = tuple(r for r in spec.offsets if not pipeline.topics or r.topic in pipeline.topics)
+    offsets = spec.offsets_of(pipeline.topics)
     selection = Selection(
         topics=tuple(pipeline.topics or ()),
         start=spec.start_time if resume_from is None else None,
@@ -77,14 +77,6 @@ def archive_topics(spark: SparkSession, config: LoadedConfig, pipeline: Pipeline
         }
         write_json_atomically(target / PROGRESS_FILE, document)
     return ArchiveResult(pipeline.name, str(target), ranges, lost)
-
-
-def archived_pipelines(config: LoadedConfig, spec: RunSpec) -> list[PipelineConfig]:
-    """The pipelines of ``spec`` (all when it names none) that archive their topics: ``archive.layout: kafka`` with
-    ``archive.copy_to``. The DAG's archive task copies these and skips when there are none."""
-    names = spec.pipelines or tuple(p.name for p in config.project.pipelines)
-    chosen = [config.project.pipeline(name) for name in names]
-    return [p for p in chosen if p.archive.layout == "kafka" and p.archive.copy_to]
 
 
 def archive_target(config: LoadedConfig, pipeline: PipelineConfig) -> Location:

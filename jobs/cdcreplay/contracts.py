@@ -45,7 +45,7 @@ RECONCILE_METRICS = f"{RECONCILE_FOLDER}/metrics.json"
 RECONCILE_REPORT = f"{RECONCILE_FOLDER}/report.md"
 RECONCILE_DATA_DOCS = f"{RECONCILE_FOLDER}/data_docs"
 
-# -- the reconciliation: one status per compared key, one verdict per epoch and per run ------------------------------
+# -- Kafka client settings: from the environment only --------------------------------------------------------------
 # Kafka client settings (TLS, SASL, credentials) reach a run only as the environment: each CDCREPLAY_KAFKA_<NAME> is
 # the client property <name> (lower case, "_" for "."). The DAG writes them from its Airflow connection, the jobs read
 # them (kafka_source). The brokers and what Spark's Kafka source decides are never taken from there.
@@ -71,6 +71,7 @@ def kafka_property(variable: str) -> str:
     return variable[len(KAFKA_VARIABLE_PREFIX) :].lower().replace("_", ".")
 
 
+# -- the reconciliation: one status per compared key, one verdict per epoch and per run ------------------------------
 STATUS_MATCH = "match"
 STATUS_MISMATCH = "mismatch"
 # The snapshot read the key, the changes never created it (or deleted it).

@@ -13,7 +13,7 @@ import sys
 
 from cdcreplay.config import ConfigError, load_config
 from cdcreplay.contracts import VERDICT_FAIL, VERDICT_SKIPPED, ReconciliationResult
-from cdcreplay.run_spec import RunSpec, build_run_spec
+from cdcreplay.run_spec import RunSpec, archived_pipelines, build_run_spec
 
 EXIT_OK, EXIT_VERDICT_FAIL, EXIT_BAD_INPUT, EXIT_ERROR = 0, 1, 2, 3
 
@@ -135,8 +135,6 @@ def archive_main(argv: list[str] | None = None) -> int:
             "--offsets", help='JSON, where an empty archive starts: {"topic": {"0": {"start": 0, ...}}}'
         )
         args = parser.parse_args(argv)
-        from cdcreplay.archiver import archive_target, archive_topics, archived_pipelines, render_archive
-
         if args.run_spec:
             spec = RunSpec.from_json(args.run_spec)
             config = load_config(spec.config)
@@ -151,11 +149,13 @@ def archive_main(argv: list[str] | None = None) -> int:
                 offsets=args.offsets,
             )  # fmt: skip
             pipelines = [config.project.pipeline(args.pipeline)]
-            archive_target(config, pipelines[0])  # a pipeline that cannot be archived fails before Spark starts
         else:
             raise ConfigError("give --config <pipelines file> --pipeline <name>, or --run-spec '<json>'")
+        from cdcreplay.archiver import archive_target, archive_topics, render_archive
         from cdcreplay.spark import build_session
 
+        for pipeline in pipelines:
+            archive_target(config, pipeline)  # a pipeline that cannot be archived fails before Spark starts
         spark = build_session(f"cdcreplay-archive-{spec.run_id if args.run_spec else pipelines[0].name}")
         for pipeline in pipelines:
             print(render_archive(archive_topics(spark, config, pipeline, spec)))

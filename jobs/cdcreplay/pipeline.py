@@ -40,7 +40,7 @@ __all__ = ["AccountingError", "QualityGateError", "load_summary", "run", "run_pi
 def selection_for(pipeline: PipelineConfig, spec: RunSpec, resuming: bool = False) -> archive.Selection:
     """The records ``spec`` selects of the pipeline's topics; a resumed run (``resume_point``) reads on from where
     the state stopped, so its start and end do not apply."""
-    offsets = tuple(r for r in spec.offsets if not pipeline.topics or r.topic in pipeline.topics)
+    offsets = spec.offsets_of(pipeline.topics)
     if resuming:
         return archive.Selection(topics=tuple(pipeline.topics or ()))
     return archive.Selection(

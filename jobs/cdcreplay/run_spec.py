@@ -53,6 +53,10 @@ class RunSpec:
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
 
+    def offsets_of(self, topics) -> tuple[OffsetRange, ...]:
+        """The offset ranges of the spec that fall in ``topics`` (all of them when a pipeline lists no topics)."""
+        return tuple(r for r in self.offsets if not topics or r.topic in topics)
+
     @classmethod
     def from_json(cls, text: str) -> RunSpec:
         """The spec a job is given on its command line. ``build_run_spec`` validated it in the DAG, but a hand-made
@@ -238,3 +242,12 @@ def build_run_spec(
         full_rebuild=full_rebuild,
         resume=resume,
     )
+
+
+def archived_pipelines(config: LoadedConfig, spec: RunSpec) -> list[PipelineConfig]:
+    """The pipelines of ``spec`` (all when it names none) that archive their topics: ``archive.layout: kafka`` with
+    ``archive.copy_to`` (cdcreplay.archiver). The DAG's archive task copies these and is skipped when there are none;
+    no pyspark is needed to tell."""
+    names = spec.pipelines or tuple(p.name for p in config.project.pipelines)
+    chosen = [config.project.pipeline(name) for name in names]
+    return [p for p in chosen if p.archive.layout == "kafka" and p.archive.copy_to]
