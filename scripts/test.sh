@@ -8,4 +8,6 @@ scripts/setup.sh
 scripts/setup-browser.sh  # Debian's chromium for the browser test of the reconciliation view
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-exec .venv/bin/pytest "$@"
+# Two workers (pytest-xdist), a test module on one worker; tests/conftest.py hands out
+# the slow tiers first. `-n 0` after this runs in one process (a debugger, `-s`).
+exec .venv/bin/pytest -n 2 --dist loadfile --no-loadscope-reorder "$@"

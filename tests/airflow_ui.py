@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from test_airflow_run import migrated_home
+from airflow_helpers import migrated_home
 
 REPO = Path(__file__).resolve().parents[1]
 SCREENSHOTS = REPO / "var" / "screenshots"

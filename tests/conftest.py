@@ -28,8 +28,8 @@ FORMAT_TESTS = {
     "test_python_decoding", "test_qlik", "test_truth", "test_value_decoding",
 }  # fmt: skip
 SYSTEM_TESTS = {
-    "test_airflow_run", "test_benchmark_run", "test_cluster", "test_compose", "test_crash_safety", "test_kafka_source",
-    "test_s3", "test_trigger_form",
+    "test_airflow_run", "test_backfill", "test_benchmark_run", "test_cluster", "test_compose", "test_crash_safety",
+    "test_kafka_source", "test_quickstart_demo", "test_s3", "test_trigger_form",
 }  # fmt: skip
 TIERS = ("unit", "spark", "formats", "system")
 
@@ -43,9 +43,17 @@ def tier_of(item) -> str:
     return "spark" if "spark" in item.fixturenames else "unit"
 
 
+# scripts/test.sh runs the suite on two pytest-xdist workers: most system tests wait on subprocesses (spark-submit,
+# Airflow, servers) and leave a core idle. `--dist loadfile` keeps a module on one worker, so its module-scoped
+# fixtures (an Airflow stack, a simulated history, a cluster) are built once; the slow tiers are handed out first, so
+# the long modules do not end the run alone.
+SLOWEST_TIER_FIRST = ("system", "formats", "spark", "unit")
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         item.add_marker(getattr(pytest.mark, tier_of(item)))
+    items.sort(key=lambda item: SLOWEST_TIER_FIRST.index(tier_of(item)))  # stable: file order within a tier
 
 
 @pytest.fixture(scope="session")

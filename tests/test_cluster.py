@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_airflow_run import _tail, airflow, free_local_port, migrated_home
+from airflow_helpers import airflow, free_local_port, migrated_home, tail
 
 from cdcreplay.run_spec import build_run_spec
 from cdcreplay_lab.airflow_env import DAG_ID
@@ -105,7 +105,7 @@ class StandaloneCluster:
 
     def log_tail(self, name: str) -> str:
         path = self.root / "logs" / f"{name}.out"
-        return _tail(path.read_text(errors="replace"), 40) if path.exists() else "(no log)"
+        return tail(path.read_text(errors="replace"), 40) if path.exists() else "(no log)"
 
     def stop(self) -> None:
         """SIGTERM the worker's and the master's process groups (executors included), SIGKILL what remains."""

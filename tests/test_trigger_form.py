@@ -26,8 +26,7 @@ from types import SimpleNamespace
 from urllib.parse import quote
 
 import pytest
-from airflow_ui import SCREENSHOTS, logged_in_page, ui_env
-from test_airflow_run import (
+from airflow_helpers import (
     EVENTS,
     HISTORY_DAYS,
     HISTORY_START,
@@ -40,6 +39,7 @@ from test_airflow_run import (
     stack_settings,
     write_config,
 )
+from airflow_ui import SCREENSHOTS, logged_in_page, ui_env
 
 from cdcreplay_lab.airflow_env import DAG_ID
 

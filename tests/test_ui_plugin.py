@@ -35,6 +35,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "plugins"))  # where Airflow finds the plugin package, too
 
+from airflow_helpers import AirflowStack, airflow, free_local_port, tail, write_config  # noqa: E402
 from airflow_ui import SCREENSHOTS, logged_in_page, ui_env  # noqa: E402
 from cdcreplay_ui.runs_index import (  # noqa: E402
     DEFAULT_DIFF_STATUSES,
@@ -45,7 +46,6 @@ from cdcreplay_ui.runs_index import (  # noqa: E402
     TableResult,
     Warehouse,
 )
-from test_airflow_run import AirflowStack, _tail, airflow, free_local_port, write_config  # noqa: E402
 
 from cdcreplay.storage import Location  # noqa: E402
 from cdcreplay_lab.airflow_env import DAG_ID  # noqa: E402
@@ -822,7 +822,7 @@ class ApiServer(AirflowStack):
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """Two real DAG runs (a full rebuild that fails reconciliation, then a dry run) and the api-server on top."""
-    from test_airflow_run import list_runs
+    from airflow_helpers import list_runs
 
     root = tmp_path_factory.mktemp("ui")
     drift = write_archives(root / "archive")
@@ -830,11 +830,11 @@ def served(tmp_path_factory):
     password = secrets.token_urlsafe(12)
     env = ui_env(root / "home", config, password)
     code, output = run_dag(env, "2026-01-03", {"full_rebuild": True})
-    assert code != 0, "the lost changes must fail the run\n" + _tail(output)
-    assert f"reconciliation of {FAILING_PIPELINE}: FAIL" in output, _tail(output)
-    assert f"reconciliation of {CLEAN_PIPELINE}: PASS" in output, _tail(output)
+    assert code != 0, "the lost changes must fail the run\n" + tail(output)
+    assert f"reconciliation of {FAILING_PIPELINE}: FAIL" in output, tail(output)
+    assert f"reconciliation of {CLEAN_PIPELINE}: PASS" in output, tail(output)
     code, output = run_dag(env, "2026-01-04", {"dry_run": True})
-    assert code == 0, _tail(output)
+    assert code == 0, tail(output)
     runs = list_runs(env)
     server = ApiServer(env, root / "logs", free_local_port())
     server.start()
