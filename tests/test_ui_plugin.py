@@ -27,6 +27,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import ClassVar
+from urllib.parse import parse_qsl, urljoin
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -388,10 +389,9 @@ def test_the_pages_render_the_hand_made_runs(hand_made):
     write_run(hand_made.root, "orders_db", "hostile", generated_at="2026-01-03T00:00:00+00:00", diff=hostile)
     page = hand_made.diff("orders_db", "hostile")
     body = pages.render("diff.html", run=hand_made.run("orders_db", "hostile"), page=page, limit=200, root="")
-    assert (
-        'key=%5B%22%3Cb%3Ek%3C%2Fb%3E%22%5D" title="the story of this key">[&#34;&lt;b&gt;k&lt;/b&gt;&#34;]</a></td>'
-        in body
-    )
+    assert '<input type="hidden" name="key" value="[&#34;&lt;b&gt;k&lt;/b&gt;&#34;]">' in body
+    assert 'title="work out this key\'s story (cdcreplay explain)">[&#34;&lt;b&gt;k&lt;/b&gt;&#34;]</button>' in body
+    assert 'href="explain?table=shop.orders&amp;key=%5B%22%3Cb%3Ek%3C%2Fb%3E%22%5D"' in body
     assert '<span class="mono">&lt;script&gt;alert(1)&lt;/script&gt;</span>' in body
     assert "<script>" not in body and "<b>k</b>" not in body
 
@@ -581,6 +581,10 @@ def story_client(hand_made, tmp_path, monkeypatch):
         time.sleep(0.05)
 
 
+SEVEN = {"table": "shop.orders", "key": '["7"]'}  # the story form of key ["7"] of shop.orders, as the diff sends it
+SEVEN_PAGE = f"{EXPLAIN}?table=shop.orders&key=%5B%227%22%5D"
+
+
 def story_files(client) -> tuple[Path, Path, Path]:
     """The cached story of key ["7"] of shop.orders, its error file and its marker."""
     from cdcreplay_ui import stories
@@ -590,33 +594,54 @@ def story_files(client) -> tuple[Path, Path, Path]:
     return Path(story), Path(stories.error_file(story)), Path(stories.marker_file(story))
 
 
-def wait_for(path: Path, timeout: float = 30) -> None:
+def ask_for(client, form: dict) -> str:
+    """POST a story's form as its button does: 303 See Other to the story's page, whose path is returned."""
+    response = client.post(EXPLAIN, data=form, follow_redirects=False)
+    assert response.status_code == 303, response.text
+    return urljoin(EXPLAIN, response.headers["location"])
+
+
+def wait_for(path: Path | Location, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
         assert time.monotonic() < deadline, f"{path} was not written within {timeout} s"
         time.sleep(0.05)
 
 
-def test_a_non_matching_key_links_to_its_story_and_differing_columns_are_marked(hand_made):
+def wait_for_gone(path: Path | Location, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while path.exists():
+        assert time.monotonic() < deadline, f"{path} is still there after {timeout} s"
+        time.sleep(0.05)
+
+
+def test_a_non_matching_key_asks_for_its_story_and_links_to_it_and_differing_columns_are_marked(hand_made):
     from cdcreplay_ui import pages
 
     run = hand_made.run("orders_db", RUN)
     page = hand_made.diff("orders_db", RUN)
     body = pages.render("diff.html", run=run, page=page, limit=200, root="../../../")
-    link = '<a class="explain" href="explain?table=shop.orders&amp;key=%5B%227%22%5D" title="the story of this key">'
-    assert link + "[&#34;7&#34;]</a>" in body
+    # The key is the button of a form that POSTs for its story; beside it, a plain link to the story's page.
+    form = (
+        '<form class="story explain" method="post" action="explain"><input type="hidden" name="table" '
+        'value="shop.orders"><input type="hidden" name="key" value="[&#34;7&#34;]"><button type="submit" '
+        'title="work out this key\'s story (cdcreplay explain)">[&#34;7&#34;]</button></form>'
+    )
+    link = '<a class="story-page" href="explain?table=shop.orders&amp;key=%5B%227%22%5D"'
+    assert f"{form} {link}" in body
     assert 'href="explain?table=shop.customers&amp;key=%5B%222%22%5D"' in body  # in flight
     assert 'href="explain?table=shop.orders&amp;key=%5B%228%22%5D"' in body  # missing in the changes
     assert '<li class="differs" data-column="amount"><b>amount</b>: <span class="mono">12.50</span>' in body
     assert '<li class="differs" data-column="note"><b>note</b>: <span class="mono">NULL</span>' in body
-    sample = hand_made.diff("orders_db", RUN, limit=20)  # the run page's sample links the same way
+    sample = hand_made.diff("orders_db", RUN, limit=20)  # the run page's sample asks and links the same way
     body = pages.render("run.html", run=run, sample=sample, suite=None, root="../../../")
-    assert link in body
+    assert f"{form} {link}" in body
     matches = hand_made.diff("orders_db", RUN, ["match"])
     body = pages.render("diff.html", run=run, page=matches, limit=200, root="../../../")
-    assert 'class="explain"' not in body and '<td class="mono">[&#34;1&#34;]</td>' in body
+    assert "<form" not in body and 'class="story-page"' not in body and '<td class="mono">[&#34;1&#34;]</td>' in body
 
 
+@pytest.mark.parametrize("method", ["GET", "POST"])
 @pytest.mark.parametrize(
     ("query", "status", "message"),
     [
@@ -649,16 +674,26 @@ def test_a_non_matching_key_links_to_its_story_and_differing_columns_are_marked(
         ),
     ],
 )
-def test_a_story_is_asked_for_a_published_table_and_a_key_that_parses(story_client, query, status, message):
-    response = story_client.get(f"{EXPLAIN}?{query}")
+def test_a_story_is_asked_for_a_published_table_and_a_key_that_parses(story_client, method, query, status, message):
+    if method == "GET":
+        response = story_client.get(f"{EXPLAIN}?{query}")
+    else:  # the same fields as the form's
+        response = story_client.post(EXPLAIN, data=dict(parse_qsl(query)), follow_redirects=False)
     assert (response.status_code, message in html.unescape(response.text)) == (status, True), response.text
     assert story_client.started == []  # refused before any subprocess
 
 
-def test_a_story_of_an_unknown_run_or_pipeline_is_not_found(story_client):
-    assert story_client.get("/runs/orders_db/nope/explain?table=shop.orders&key=%5B%227%22%5D").status_code == 404
-    response = story_client.get("/runs/elsewhere/r1/explain?table=shop.orders&key=%5B%227%22%5D")
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_a_story_of_an_unknown_run_or_pipeline_is_not_found(story_client, method):
+    def answer(path):
+        if method == "GET":
+            return story_client.get(f"{path}?table=shop.orders&key=%5B%227%22%5D")
+        return story_client.post(path, data=SEVEN, follow_redirects=False)
+
+    assert answer("/runs/orders_db/nope/explain").status_code == 404
+    response = answer("/runs/elsewhere/r1/explain")
     assert response.status_code == 404 and "pipeline 'elsewhere' is not in the config" in html.unescape(response.text)
+    assert story_client.started == []
 
 
 def test_a_cached_story_is_shown_with_its_lost_change_and_differing_columns_marked(story_client):
@@ -669,13 +704,15 @@ def test_a_cached_story_is_shown_with_its_lost_change_and_differing_columns_mark
     for key in ("%5B%227%22%5D", "%7B%22order_id%22:7%7D", "%7B%22order_id%22:%227%22%7D"):
         response = story_client.get(f"{EXPLAIN}?table=shop.orders&key={key}")
         assert response.status_code == 200, response.text
+    # Asked for, a cached story is not worked out again: the answer is its page.
+    assert ask_for(story_client, {"table": "shop.orders", "key": '{"order_id": 7}'}) == SEVEN_PAGE
     assert story_client.started == []
     body = response.text
     assert (
         f"{story.parent.relative_to(story_client.warehouse.root)}"
         == f"orders_db/runs/{RUN}/reconcile/explain/shop.orders"
     )
-    assert 'http-equiv="refresh"' not in body
+    assert 'http-equiv="refresh"' not in body and "<form" not in body
     assert f'<span class="tag proven">proven lost</span> {html.escape(LOST_AMOUNT, quote=True)}' in body
     # The reconciliation names both differing columns; the events and the published row mark them where they show.
     reconciliation = body[body.index('<table class="grid reconciliation">') :]
@@ -701,6 +738,22 @@ def test_a_cached_story_is_shown_with_its_lost_change_and_differing_columns_mark
     assert f'<pre class="command"><code>{command}</code></pre>' in body
 
 
+def test_a_page_starts_nothing_and_offers_to_work_out_a_story_not_asked_for(story_client):
+    story, error, marker = story_files(story_client)
+    for _ in range(2):  # a link prefetcher, a crawler, a reload: none of them starts a subprocess
+        page = story_client.get(SEVEN_PAGE)
+        assert page.status_code == 200, page.text
+    assert story_client.started == [] and not story.exists() and not marker.exists() and not error.exists()
+    assert 'data-story="not-asked"' in page.text and 'http-equiv="refresh"' not in page.text
+    assert "The button runs\n<code>cdcreplay explain</code> for this key in the background" in page.text
+    assert page.text.count('<pre class="command"><code>cdcreplay explain --config ') == 1
+    assert (
+        '<form class="story" method="post" action="explain"><input type="hidden" name="table" value="shop.orders">'
+        '<input type="hidden" name="key" value="[&#34;7&#34;]"><button type="submit" '
+        'title="work out this key\'s story (cdcreplay explain)">Work out this key&#39;s story</button></form>'
+    ) in page.text
+
+
 def test_a_story_is_worked_out_once_in_the_background_while_the_page_refreshes(story_client, tmp_path):
     story, error, marker = story_files(story_client)
     release = tmp_path / "release"
@@ -709,13 +762,17 @@ def test_a_story_is_worked_out_once_in_the_background_while_the_page_refreshes(s
         f"import pathlib, time\nwhile not pathlib.Path({str(release)!r}).exists(): time.sleep(0.05)\n"
         f"print({document!r})"
     )
-    first = story_client.get(f"{EXPLAIN}?table=shop.orders&key=%5B%227%22%5D")
+    # Post/Redirect/Get: the POST starts the subprocess and sends the browser to the key's page, as the diff names it.
+    assert ask_for(story_client, SEVEN) == SEVEN_PAGE
+    assert json.loads(marker.read_text(encoding="utf-8"))["command"].startswith("cdcreplay explain --config ")
+    first = story_client.get(SEVEN_PAGE)
     assert first.status_code == 202
     assert '<meta http-equiv="refresh" content="3">' in first.text
     assert "The story is being worked out: <code>cdcreplay explain</code> started" in first.text
-    assert json.loads(marker.read_text(encoding="utf-8"))["command"].startswith("cdcreplay explain --config ")
-    again = story_client.get(f"{EXPLAIN}?table=shop.orders&key=%7B%22order_id%22:7%7D")
-    assert again.status_code == 202
+    assert "<form" not in first.text
+    # Asked again while it runs (the key as explain takes it), by a browser that follows the redirect: nothing starts.
+    again = story_client.post(EXPLAIN, data={"table": "shop.orders", "key": '{"order_id": 7}'})
+    assert (again.status_code, str(again.url)) == (202, f"http://testserver{SEVEN_PAGE}")
     assert story_client.started == [
         ["explain", "--config", "/etc/cdcreplay/pipelines.yaml", "--pipeline", "orders_db", "--table", "shop.orders",
          "--key", '{"order_id": "7"}', "--run-id", RUN],
@@ -723,17 +780,10 @@ def test_a_story_is_worked_out_once_in_the_background_while_the_page_refreshes(s
     release.touch()
     wait_for(story)
     wait_for_gone(marker)
-    done = story_client.get(f"{EXPLAIN}?table=shop.orders&key=%5B%227%22%5D")
+    done = story_client.get(SEVEN_PAGE)
     assert done.status_code == 200 and html.escape(LOST_AMOUNT, quote=True) in done.text
     assert json.loads(story.read_text(encoding="utf-8")) == hand_made_story() and not error.exists()
     assert len(story_client.started) == 1
-
-
-def wait_for_gone(path: Path, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while path.exists():
-        assert time.monotonic() < deadline, f"{path} is still there after {timeout} s"
-        time.sleep(0.05)
 
 
 def test_a_failed_story_shows_the_end_of_its_errors_until_asked_again(story_client):
@@ -742,24 +792,77 @@ def test_a_failed_story_shows_the_end_of_its_errors_until_asked_again(story_clie
         "import sys\nfor n in range(1, 51): print(f'noise {n:02}', file=sys.stderr)\n"
         "print('cdcreplay explain: the state cannot be read', file=sys.stderr)\nraise SystemExit(1)"
     )
-    assert story_client.get(f"{EXPLAIN}?table=shop.orders&key=%5B%227%22%5D").status_code == 202
+    ask_for(story_client, SEVEN)
     wait_for(error)
     wait_for_gone(marker)
-    failed = story_client.get(f"{EXPLAIN}?table=shop.orders&key=%5B%227%22%5D")
+    failed = story_client.get(SEVEN_PAGE)
     assert failed.status_code == 500
     assert "<h2>The story could not be worked out</h2>" in failed.text
     assert (
         "cdcreplay explain exited 1\n\n" in failed.text and "cdcreplay explain: the state cannot be read" in failed.text
     )
     assert "noise 12" in failed.text and "noise 11" not in failed.text  # the last 40 lines of its standard error
-    assert 'href="explain?table=shop.orders&amp;key=%5B%227%22%5D&amp;retry=1">Try again</a>' in failed.text
-    assert len(story_client.started) == 1 and not story.exists()
+    assert (
+        '<input type="hidden" name="retry" value="1"><button type="submit" '
+        'title="work out this key\'s story (cdcreplay explain)">Try again</button></form>'
+    ) in failed.text
+    # The failure stays until asked again on purpose: not by a GET (not even one naming retry), not by a plain POST.
     story_client.program = f"print({json.dumps(hand_made_story())!r})"
-    assert story_client.get(f"{EXPLAIN}?table=shop.orders&key=%5B%227%22%5D&retry=1").status_code == 202
+    assert story_client.get(f"{SEVEN_PAGE}&retry=1").status_code == 500
+    assert ask_for(story_client, SEVEN) == SEVEN_PAGE
+    assert story_client.get(SEVEN_PAGE).status_code == 500
+    assert len(story_client.started) == 1 and not story.exists()
+    assert ask_for(story_client, {**SEVEN, "retry": "1"}) == SEVEN_PAGE
+    assert len(story_client.started) == 2
     wait_for(story)
     wait_for_gone(marker)
-    assert story_client.get(f"{EXPLAIN}?table=shop.orders&key=%5B%227%22%5D").status_code == 200
-    assert len(story_client.started) == 2 and not error.exists()
+    assert story_client.get(SEVEN_PAGE).status_code == 200
+    assert not error.exists()
+
+
+def test_a_subprocess_that_cannot_start_is_shown_as_failed(story_client, monkeypatch):
+    from cdcreplay_ui import stories
+
+    def cannot_start(*args, **kwargs):
+        raise FileNotFoundError(2, "No such file or directory", "python")
+
+    monkeypatch.setattr(stories.subprocess, "Popen", cannot_start)
+    story, error, marker = story_files(story_client)
+    ask_for(story_client, SEVEN)
+    # Nothing runs and nothing was written: the failure, kept in memory, is what the page the POST sent to shows.
+    failed = story_client.get(SEVEN_PAGE)
+    assert failed.status_code == 500, failed.text
+    assert "cdcreplay explain: it could not be started: [Errno 2] No such file or directory" in failed.text
+    assert not story.exists() and not error.exists() and not marker.exists()
+
+
+def test_a_story_on_a_warehouse_on_s3_is_worked_out_and_cached_there(story_client, hand_made, tmp_path, monkeypatch):
+    """The same story routes over the hand-made warehouse uploaded to a real S3 server (s3proxy): the story, its
+    marker and its error are objects beside the run's files, written and read through Location."""
+    from cdcreplay_ui import app as view
+    from s3_server import running_s3proxy, s3_environment
+
+    story_client.program = f"print({json.dumps(hand_made_story())!r})"
+    digest = hashlib.sha256(b'["7"]').hexdigest()
+    folder = f"s3a://lake/wh/orders_db/runs/{RUN}/reconcile/explain/shop.orders"
+    story, marker = Location(f"{folder}/{digest}.json"), Location(f"{folder}/{digest}.running.json")
+    with running_s3proxy(tmp_path / "s3", buckets=("lake",)) as endpoint:
+        for name, value in s3_environment(endpoint).items():
+            monkeypatch.setenv(name, value)
+        Location("s3a://lake/wh").upload_tree(hand_made.root)  # with the published pointer the fixture wrote
+        on_s3 = Warehouse("s3a://lake/wh", hand_made.pipelines)
+        monkeypatch.setattr(view, "open_warehouse", lambda: (on_s3, "pipelines.yaml"))
+        assert story_client.get(SEVEN_PAGE).status_code == 200 and story_client.started == []
+        assert ask_for(story_client, SEVEN) == SEVEN_PAGE
+        wait_for(story)
+        wait_for_gone(marker)  # the view's thread is done with the server
+        done = story_client.get(SEVEN_PAGE)
+        assert done.status_code == 200, done.text
+        assert 'data-story="ready"' in done.text and html.escape(LOST_AMOUNT, quote=True) in done.text
+        assert json.loads(story.read_text()) == hand_made_story()
+        assert not Location(f"{folder}/{digest}.error.json").exists()
+    assert len(story_client.started) == 1
+    assert not (hand_made.root / "orders_db" / "runs" / RUN / "reconcile" / "explain").exists()  # nothing on disk
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -864,6 +967,15 @@ def cells(row) -> list[str]:
     return [" ".join(text.split()) for text in row.locator("td").all_inner_texts()]
 
 
+def diff_cells(row) -> list[str]:
+    """A diff row's cells as a person reads them: the key of a row that did not match is its button's text (its cell
+    also holds the link to the story's page)."""
+    shown = cells(row)
+    if row.locator("form.explain").count():
+        shown[2] = row.locator("form.explain button").inner_text()
+    return shown
+
+
 def shown_time(run_dir: Path) -> str:
     """The run's time as the page shows it: when it was reconciled, else when its summary was written (UTC)."""
     summary_file = run_dir / "summary.json"
@@ -958,7 +1070,7 @@ def test_the_links_open_the_diff_rows_data_docs_manifest_and_report(served, brow
     page.goto(served["url"] + "/cdcreplay/")
     page.locator(run_links).get_by_role("link", name="diff rows").click()
     page.wait_for_url(f"**/cdcreplay/runs/{FAILING_PIPELINE}/{full}/diff")
-    shown = [cells(row) for row in page.locator("table.grid tbody tr").all()]
+    shown = [diff_cells(row) for row in page.locator("table.grid tbody tr").all()]
     mismatches = sorted(row[:5] for row in shown if row[3] == "mismatch")
     assert mismatches == sorted(
         [
@@ -1032,14 +1144,21 @@ def test_a_mismatched_key_opens_its_story_with_the_differing_column_and_the_lost
     shown, replayed = (
         str(v).lower() if isinstance(v, bool) else str(v) for v in (drift.snapshot_value, drift.true_value)
     )
-    page.goto(f"{served['url']}/cdcreplay/runs/{FAILING_PIPELINE}/{full}/diff")
-    [row] = [
-        r for r in page.locator("table.grid tbody tr").all() if cells(r)[:4] == [drift.table_id, "2", key, "mismatch"]
-    ]
-    row.locator("a.explain").click()
+
+    def planted_row():
+        page.goto(f"{served['url']}/cdcreplay/runs/{FAILING_PIPELINE}/{full}/diff")
+        [row] = [
+            r
+            for r in page.locator("table.grid tbody tr").all()
+            if diff_cells(r)[:4] == [drift.table_id, "2", key, "mismatch"]
+        ]
+        return row
+
+    # The key is the button of a form that POSTs for its story; the answer sends the browser to the story's page.
+    planted_row().locator("form.explain button").click()
     page.wait_for_url(f"**/cdcreplay/runs/{FAILING_PIPELINE}/{full}/explain?**")
     assert page.locator("pre.command").inner_text().startswith(f"cdcreplay explain --config {served['config']} ")
-    # The first answer says the story is being worked out; the page reloads itself until it is there.
+    # That page says the story is being worked out and reloads itself until it is there.
     page.locator("[data-story='ready'], [data-story='failed']").first.wait_for(timeout=600_000)
     assert page.locator("[data-story='failed']").count() == 0, page.locator("[data-story='failed']").inner_text()
     pointer = json.loads((served["warehouse"] / FAILING_PIPELINE / "_CURRENT.json").read_text(encoding="utf-8"))
@@ -1060,9 +1179,12 @@ def test_a_mismatched_key_opens_its_story_with_the_differing_column_and_the_lost
     assert lost.endswith(f"sets {drift.column}={replayed}")
     assert page.locator("table.events tr.winner").count() == 1
     page.screenshot(path=str(SCREENSHOTS / "explain.png"), full_page=True)
-    # Cached in the run folder: asked again, the story is there at once.
+    # Cached in the run folder: the plain link beside the key opens the story at once, as a reload of it does.
     cached = served["warehouse"] / FAILING_PIPELINE / "runs" / full / "reconcile" / "explain" / drift.table_id
     assert (cached / f"{hashlib.sha256(key.encode()).hexdigest()}.json").is_file()
+    planted_row().locator("a.story-page").click()
+    page.wait_for_url(f"**/cdcreplay/runs/{FAILING_PIPELINE}/{full}/explain?**")
+    assert page.locator("[data-story='ready']").count() == 1
     page.reload()
     assert page.locator("[data-story='ready']").count() == 1
 

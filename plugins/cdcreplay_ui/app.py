@@ -7,7 +7,7 @@ browser that is not logged in is sent to Airflow's login page and back.
 
 All links in the pages are relative, so the view works under any ``[api] base_url`` and inside the UI's iframe.
 The view never starts Spark in its own process: a key's story (``cdcreplay explain``) runs as a subprocess whose JSON
-is cached in the run folder (``stories``).
+is cached in the run folder (``stories``). Only a POST starts it; every GET only reads.
 """
 
 from __future__ import annotations
@@ -17,19 +17,21 @@ import os
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Form, HTTPException, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse, RedirectResponse, Response
 
 from cdcreplay.config import ConfigError
 from cdcreplay.storage import Location
 from cdcreplay_ui import pages, stories
-from cdcreplay_ui.runs_index import DEFAULT_DIFF_STATUSES, RUN_FILES, NotFound, Refused, Warehouse
+from cdcreplay_ui.runs_index import DEFAULT_DIFF_STATUSES, RUN_FILES, NotFound, Refused, RunInfo, Warehouse
 
 REPO = Path(__file__).resolve().parents[2]
 DAG_ID = "cdc_replay_nightly"
 RECENT_RUNS = 10
 SAMPLE_ROWS = 20
 _HTML = {"response_class": HTMLResponse}
+# A story's page answers 202 while it is being worked out and 500 when that failed; not asked for yet is a page too.
+STORY_STATUS = {stories.READY: 200, stories.PENDING: 202, stories.FAILED: 500, stories.NOT_ASKED: 200}
 
 
 def config_path() -> str:
@@ -76,6 +78,16 @@ async def require_reader(request: Request) -> None:
     )
     if not allowed:
         raise HTTPException(403, f"user {user.get_name()!r} may not read the runs of the DAG {DAG_ID}")
+
+
+def _story_request(
+    pipeline: str, run_id: str, table: str | None, key: str | None
+) -> tuple[Warehouse, RunInfo, stories.StoryKey]:
+    """The checks a key's story passes before anything is read or started, for the page and for the request alike:
+    NotFound (404) for an unknown run or table, Refused (400) for a key that does not parse."""
+    warehouse, _ = open_warehouse()
+    run = warehouse.run(pipeline, run_id)
+    return warehouse, run, stories.story_key(warehouse, pipeline, run_id, table, key)
 
 
 def create_app() -> FastAPI:
@@ -136,27 +148,35 @@ def create_app() -> FastAPI:
         return pages.render("diff.html", run=run, page=page, limit=limit, root=_relative_root(request))
 
     @router.get("/runs/{pipeline}/{run_id}/explain", **_HTML)
-    def explain_page(
-        request: Request, pipeline: str, run_id: str, table: str | None = None, key: str | None = None, retry: str = ""
-    ):
-        """A key's story (``cdcreplay explain``): worked out in a subprocess on the first request, then cached in the
-        run folder; until then the page says so and refreshes itself (see ``stories``)."""
-        warehouse, _ = open_warehouse()
-        run = warehouse.run(pipeline, run_id)
-        asked = stories.story_key(warehouse, pipeline, run_id, table, key)
-        config = config_path()
-        state = stories.story_state(warehouse, asked, config, retry=bool(retry))
+    def explain_page(request: Request, pipeline: str, run_id: str, table: str | None = None, key: str | None = None):
+        """A key's story (``cdcreplay explain``) as far as it got: cached, being worked out (the page refreshes
+        itself), failed, or not asked for yet (a button asks). A GET starts nothing (see ``stories``)."""
+        warehouse, run, asked = _story_request(pipeline, run_id, table, key)
+        state = stories.story_state(warehouse, asked)
         body = pages.render(
             "explain.html",
             run=run,
             asked=asked,
             state=state,
-            command=stories.shell_command(config, asked),
+            command=stories.shell_command(config_path(), asked),
             refresh=stories.REFRESH_SECONDS if state.status == stories.PENDING else None,
             root=_relative_root(request),
         )
-        status = {stories.READY: 200, stories.PENDING: 202, stories.FAILED: 500}[state.status]
-        return HTMLResponse(body, status_code=status)
+        return HTMLResponse(body, status_code=STORY_STATUS[state.status])
+
+    @router.post("/runs/{pipeline}/{run_id}/explain")
+    def ask_for_explain(
+        pipeline: str,
+        run_id: str,
+        table: Annotated[str | None, Form()] = None,
+        key: Annotated[str | None, Form()] = None,
+        retry: Annotated[str, Form()] = "",
+    ):
+        """Work out a key's story in the background, then send the browser to its page (Post/Redirect/Get: a reload
+        of that page asks nothing again)."""
+        warehouse, _, asked = _story_request(pipeline, run_id, table, key)
+        stories.ask_for_story(warehouse, asked, config_path(), retry=bool(retry))
+        return RedirectResponse(f"explain?{pages.explain_query(asked.table_id, asked.key_text)}", status_code=303)
 
     @router.get("/runs/{pipeline}/{run_id}/manifest.json")
     def manifest(pipeline: str, run_id: str):

@@ -44,9 +44,9 @@ def _seconds_since(epoch_seconds: float | None) -> str:
     return "—" if epoch_seconds is None else f"{max(0, time.time() - float(epoch_seconds)):.0f}"
 
 
-def explain_query(table_id: str, key: str, **more) -> str:
+def explain_query(table_id: str, key: str) -> str:
     """The query string of a key's story page (the diff's key text as it is)."""
-    return urlencode([("table", table_id), ("key", key), *more.items()])
+    return urlencode([("table", table_id), ("key", key)])
 
 
 def differing_columns(story: dict) -> set[str]:

@@ -1,13 +1,14 @@
 """A key's story in the reconciliation view: ``cdcreplay explain --json`` run as a subprocess, its JSON cached in the
 run folder.
 
-The view's process never starts Spark. The first request for a key's story starts the real CLI in the background
-(``python -m cdcreplay.cli explain ... --run-id <run> --json``, Spark ``local[1]`` with a modest driver) and answers
-that the story is being worked out; a thread of the view waits for it and writes what it printed to
+The view's process never starts Spark. Reading a story's state (``story_state``, a GET) starts nothing: link
+prefetchers, crawlers and reloads must not start work. Asking for it (``ask_for_story``, a POST) starts the real CLI
+in the background (``python -m cdcreplay.cli explain ... --run-id <run> --json``, Spark ``local[1]`` with a modest
+driver); a thread of the view waits for it and writes what it printed to
 ``<run>/reconcile/explain/<table>/<sha256 of the key text>.json`` through ``cdcreplay.storage.Location`` (one atomic
 replace: a local rename, or one S3 PUT). A failed run writes ``<same>.error.json`` instead: its exit code and the
-tail of its standard error, shown on the page until someone asks again. A story older than the run's
-``summary.json`` is worked out again (the reconcile task ran again and wrote another diff).
+tail of its standard error, shown on the page until someone asks again with ``retry``. A story older than the run's
+``summary.json`` counts as not asked for (the reconcile task ran again and wrote another diff).
 
 One subprocess per (pipeline, run, table, key) at a time: an in-process table of the running ones, and, for the
 api-server's other worker processes, a marker file ``<same>.running.json`` naming the host and process that started
@@ -54,7 +55,7 @@ SUBPROCESS_SPARK = {"CDCREPLAY_SPARK_MASTER": "local[1]", "SPARK_DRIVER_MEMORY":
 # Settings of a spark-submit environment that would override the local master above.
 SUBMIT_SETTINGS = ("SPARK_ENV_LOADED", "PYSPARK_SUBMIT_ARGS")
 
-READY, PENDING, FAILED = "ready", "pending", "failed"
+READY, PENDING, FAILED, NOT_ASKED = "ready", "pending", "failed", "not-asked"
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,8 @@ class StoryKey:
 
 @dataclass(frozen=True)
 class StoryState:
-    """Where a key's story is: ``ready`` (``story`` is explain's JSON), ``pending`` (``started_at``, epoch seconds)
-    or ``failed`` (``error``: exit code, standard error's tail)."""
+    """Where a key's story is: ``ready`` (``story`` is explain's JSON), ``pending`` (``started_at``, epoch seconds),
+    ``failed`` (``error``: exit code, standard error's tail) or ``not-asked`` (nothing runs, nothing is cached)."""
 
     status: str
     story: dict | None = None
@@ -185,33 +186,60 @@ def shell_command(config_path: str, asked: StoryKey) -> str:
 
 _LOCK = threading.Lock()
 _RUNNING: dict[str, float] = {}  # story file -> when this process started its subprocess (epoch seconds)
-_UNWRITTEN: dict[str, dict] = {}  # story file -> the error of a run whose result the warehouse refused
+# story file -> an error kept in memory: the warehouse refused the result, or the subprocess could not be started
+_UNWRITTEN: dict[str, dict] = {}
 
 
-def story_state(warehouse: Warehouse, asked: StoryKey, config_path: str, retry: bool = False) -> StoryState:
-    """The cached story, or the cached failure, or -- starting the subprocess when none runs -- pending."""
-    story = story_file(warehouse, asked)
-    summary = warehouse.run_file(asked.pipeline, asked.run_id, SUMMARY_FILE)
-    basis = summary.modified_at()
+def story_state(warehouse: Warehouse, asked: StoryKey) -> StoryState:
+    """Where the key's story is; starts nothing."""
+    story, basis = _story_and_basis(warehouse, asked)
     with _LOCK:
-        cached = _fresh_json(story, basis)
-        if cached is not None and cached.get("explain_format") == EXPLAIN_FORMAT:
-            return StoryState(READY, story=cached)
-        started_at = _RUNNING.get(str(story))
-        if started_at is not None:
-            return StoryState(PENDING, started_at=started_at)
-        failure = _UNWRITTEN.get(str(story)) or _fresh_json(error_file(story), basis)
-        if failure is not None and not retry:
-            return StoryState(FAILED, error=failure)
-        marker = _fresh_json(marker_file(story), basis)
-        if marker is not None and _marker_alive(marker):
-            return StoryState(PENDING, started_at=marker.get("started_at"))
-        _UNWRITTEN.pop(str(story), None)
-        error_file(story).unlink()
-        try:
-            return StoryState(PENDING, started_at=_start(story, asked, config_path))
-        except OSError as exc:  # no interpreter to run, no scratch folder: nothing runs, nothing to wait for
-            return StoryState(FAILED, error=_error(None, b"", f"it could not be started: {exc}", []))
+        return _state(story, basis)
+
+
+def ask_for_story(warehouse: Warehouse, asked: StoryKey, config_path: str, retry: bool = False) -> None:
+    """Start the subprocess unless the story is cached or being worked out; a failed story only with ``retry`` (an
+    error is shown until someone asks again on purpose, rather than restarted by whoever comes by)."""
+    story, basis = _story_and_basis(warehouse, asked)
+    with _LOCK:
+        status = _state(story, basis).status
+        if status == NOT_ASKED or (status == FAILED and retry):
+            _start_or_keep_the_error(story, asked, config_path)
+
+
+def _story_and_basis(warehouse: Warehouse, asked: StoryKey) -> tuple[Location, float]:
+    """The story's file, and the time a cached document must be newer than: the run's summary's."""
+    summary = warehouse.run_file(asked.pipeline, asked.run_id, SUMMARY_FILE)
+    return story_file(warehouse, asked), summary.modified_at()
+
+
+def _state(story: Location, basis: float) -> StoryState:
+    """The one place that decides a story's state (called under _LOCK). A running subprocess, this process's or
+    another worker's, outranks an earlier failure: a retry elsewhere is under way."""
+    cached = _fresh_json(story, basis)
+    if cached is not None and cached.get("explain_format") == EXPLAIN_FORMAT:
+        return StoryState(READY, story=cached)
+    started_at = _RUNNING.get(str(story))
+    if started_at is not None:
+        return StoryState(PENDING, started_at=started_at)
+    marker = _fresh_json(marker_file(story), basis)
+    if marker is not None and _marker_alive(marker):
+        return StoryState(PENDING, started_at=marker.get("started_at"))
+    failure = _UNWRITTEN.get(str(story)) or _fresh_json(error_file(story), basis)
+    if failure is not None:
+        return StoryState(FAILED, error=failure)
+    return StoryState(NOT_ASKED)
+
+
+def _start_or_keep_the_error(story: Location, asked: StoryKey, config_path: str) -> None:
+    """Forget the earlier failure and start the subprocess (called under _LOCK). When it cannot start, the error is
+    kept in memory: the page the caller is sent to next shows it."""
+    _UNWRITTEN.pop(str(story), None)
+    error_file(story).unlink()
+    try:
+        _start(story, asked, config_path)
+    except OSError as exc:  # no interpreter to run, no scratch folder: nothing runs, nothing to wait for
+        _UNWRITTEN[str(story)] = _error(None, b"", f"it could not be started: {exc}", [])
 
 
 def _fresh_json(path: Location, basis: float) -> dict | None:
@@ -250,9 +278,8 @@ def subprocess_env() -> dict[str, str]:
     return env
 
 
-def _start(story: Location, asked: StoryKey, config_path: str) -> float:
-    """Start explain in the background (called under _LOCK); a thread waits for it and writes the result. Returns
-    when it started."""
+def _start(story: Location, asked: StoryKey, config_path: str) -> None:
+    """Start explain in the background (called under _LOCK); a thread waits for it and writes the result."""
     scratch = tempfile.mkdtemp(prefix="cdcreplay-explain-")  # Spark's own files (derby.log, ...) go there
     command = subprocess_command(config_path, asked)
     process = subprocess.Popen(
@@ -277,7 +304,6 @@ def _start(story: Location, asked: StoryKey, config_path: str) -> float:
     threading.Thread(
         target=_wait, args=(process, story, command, scratch), name=f"explain-{process.pid}", daemon=True
     ).start()
-    return started_at
 
 
 def _wait(process: subprocess.Popen, story: Location, command: list[str], scratch: str) -> None:
