@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from airflow_helpers import airflow, free_local_port, migrated_home, tail
+from airflow_helpers import airflow, free_local_port, migrated_home, published_rows, tail
 
 from cdcreplay.run_spec import build_run_spec
 from cdcreplay_lab.airflow_env import DAG_ID
@@ -262,19 +262,6 @@ def parquet_rows(path: Path) -> list[str]:
     return sorted(json.dumps(row, sort_keys=True, default=str) for row in pq.read_table(path).to_pylist())
 
 
-def published(warehouse: Path) -> dict[str, list[str]]:
-    """Every published table of every pipeline, whole, as sorted JSON rows (read with delta-rs)."""
-    from cdcreplay.warehouse import PipelinePaths, published_rows, read_current
-
-    tables = {}
-    for pipeline in PIPELINES:
-        paths = PipelinePaths(str(warehouse), pipeline)
-        for table_id in read_current(paths)["tables"]:
-            rows = published_rows(paths, table_id).to_pylist()
-            tables[f"{pipeline}/{table_id}"] = sorted(json.dumps(row, sort_keys=True, default=str) for row in rows)
-    return tables
-
-
 def reconciliation(warehouse: Path) -> dict[str, dict]:
     """Per pipeline: verdict, per-epoch metrics, failed expectations and the whole diff table (paths left out)."""
     results = {}
@@ -296,7 +283,8 @@ def reconciliation(warehouse: Path) -> dict[str, dict]:
 
 @pytest.mark.timeout(2400)
 def test_the_dag_on_a_standalone_cluster_publishes_what_the_local_run_publishes(cluster_run, local_run):
-    cluster_tables, local_tables = published(cluster_run["warehouse"]), published(local_run)
+    cluster_tables = published_rows(cluster_run["warehouse"], PIPELINES)
+    local_tables = published_rows(local_run, PIPELINES)
     assert cluster_tables.keys() == local_tables.keys()
     assert sum(map(len, local_tables.values())) > 0, "the local run published only empty tables"
     for table in local_tables:
