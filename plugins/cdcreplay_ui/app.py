@@ -16,6 +16,7 @@ import mimetypes
 import os
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Depends, FastAPI, Form, HTTPException, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse, RedirectResponse, Response
@@ -80,6 +81,19 @@ async def require_reader(request: Request) -> None:
         raise HTTPException(403, f"user {user.get_name()!r} may not read the runs of the DAG {DAG_ID}")
 
 
+def _after_login(request: Request) -> str:
+    """Where a browser that was not logged in goes back to from Airflow's login page: the page it asked for; after a
+    POST (a key's story asked for), whose form no redirect carries, the page of this view it was sent from, else the
+    run's page."""
+    if request.method == "GET":
+        return str(request.url)
+    view_root, _, run_path = request.url.path.partition("/runs/")
+    referer = urlsplit(request.headers.get("referer", ""))
+    if referer.netloc == request.url.netloc and referer.path.startswith(f"{view_root}/"):
+        return referer.geturl()
+    return str(request.url.replace(path=f"{view_root}/runs/{run_path.rsplit('/', 1)[0]}/", query=""))
+
+
 def _story_request(
     pipeline: str, run_id: str, table: str | None, key: str | None
 ) -> tuple[Warehouse, RunInfo, stories.StoryKey]:
@@ -107,10 +121,10 @@ def create_app() -> FastAPI:
 
     @app.exception_handler(HTTPException)
     async def _http(request: Request, exc: HTTPException):
-        if exc.status_code == 401 and request.method == "GET":
+        if exc.status_code == 401:
             from airflow.api_fastapi.app import get_auth_manager
 
-            return RedirectResponse(get_auth_manager().get_url_login(next_url=str(request.url)), status_code=303)
+            return RedirectResponse(get_auth_manager().get_url_login(next_url=_after_login(request)), status_code=303)
         return error_page(request, exc.status_code, "Not allowed" if exc.status_code == 403 else "Error", exc.detail)
 
     @app.exception_handler(ConfigError)
