@@ -43,10 +43,11 @@ def tier_of(item) -> str:
     return "spark" if "spark" in item.fixturenames else "unit"
 
 
-# scripts/test.sh runs the suite on two pytest-xdist workers: most system tests wait on subprocesses (spark-submit,
-# Airflow, servers) and leave a core idle. `--dist loadfile` keeps a module on one worker, so its module-scoped
-# fixtures (an Airflow stack, a simulated history, a cluster) are built once; the slow tiers are handed out first, so
-# the long modules do not end the run alone.
+# scripts/test.sh runs the suite on two pytest-xdist workers: in one process the system tests' waits on subprocesses
+# (spark-submit, Airflow, servers) left a core idle, and two workers took the whole suite from 68 to 52 minutes.
+# `--dist loadfile` keeps a module on one worker, so its module-scoped fixtures (an Airflow stack, a simulated
+# history, a cluster) are built once (pytest-xdist's `loadgroup` cannot group on pytest 9: the node id it renames is
+# no longer the one pytest reports). The slow tiers are handed out first, so the long modules do not end the run alone.
 SLOWEST_TIER_FIRST = ("system", "formats", "spark", "unit")
 
 
