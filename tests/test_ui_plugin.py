@@ -22,13 +22,12 @@ import secrets
 import sys
 import time
 import urllib.error
-import urllib.parse
 import urllib.request
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import ClassVar
-from urllib.parse import parse_qsl, urljoin
+from urllib.parse import parse_qs, parse_qsl, urlencode, urljoin
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -1261,7 +1260,7 @@ def test_only_logged_in_users_get_files_and_only_from_inside_a_run_folder(served
             assert (exc.code, exc.headers["location"].split("?")[0]) == (303, "/auth/login"), (path, exc.code)
     # A story asked for without it: nothing starts, and after the login the browser is back on the page it asked
     # from (the diff page), or on the run's page when it names none of this view's pages.
-    form = urllib.parse.urlencode({"table": "shop.customers", "key": '["1"]'}).encode()
+    form = urlencode({"table": "shop.customers", "key": '["1"]'}).encode()
     for referer, back in ((f"{base}/diff", f"{base}/diff"), ("http://elsewhere.example/", f"{base}/")):
         asked = urllib.request.Request(f"{base}/explain", data=form, headers={"Referer": referer}, method="POST")
         try:
@@ -1269,7 +1268,7 @@ def test_only_logged_in_users_get_files_and_only_from_inside_a_run_folder(served
             pytest.fail(f"a story was asked for without a login (referer {referer})")
         except urllib.error.HTTPError as exc:
             login, _, query = exc.headers["location"].partition("?")
-            assert (exc.code, login, urllib.parse.parse_qs(query)["next"]) == (303, "/auth/login", [back]), referer
+            assert (exc.code, login, parse_qs(query)["next"]) == (303, "/auth/login", [back]), referer
 
 
 class NoRedirect(urllib.request.HTTPRedirectHandler):
