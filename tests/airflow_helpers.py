@@ -3,7 +3,7 @@ with a timeout that kills its process group, a scheduler stack (api-server, sche
 and readers of what a run published.
 
 Everything listens on 127.0.0.1 and Spark runs as `local[*]` through the `spark_default` connection. The commands
-and environment here are the ones the quickstart uses (see `airflow_env`).
+and environment here are the ones the quickstart uses (`cdcreplay_lab.airflow_env.embedded_env`).
 """
 
 from __future__ import annotations
@@ -31,11 +31,6 @@ AIRFLOW = str(VENV_BIN / "airflow")
 PIPELINES = {"demo_debezium": "debezium-json", "demo_canal": "canal-json"}
 # A two-day history: the backfill test replays it as two nightly runs.
 EVENTS, SEED, HISTORY_START, HISTORY_DAYS = 400, 20260101, datetime(2026, 1, 1, tzinfo=UTC), 2
-
-
-def airflow_env(home: Path, config: Path, **extra: str) -> dict[str, str]:
-    """The embedded setup the quick start uses: SQLite in `home`, this repo's dags/plugins, Spark local[*]."""
-    return embedded_env(home, config, **extra)
 
 
 def airflow(env: dict[str, str], *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
@@ -66,7 +61,7 @@ def tail(text: str, lines: int = 80) -> str:
 
 def migrated_home(path: Path, config: Path, **extra: str) -> dict[str, str]:
     path.mkdir(parents=True, exist_ok=True)
-    env = airflow_env(path, config, **extra)
+    env = embedded_env(path, config, **extra)
     airflow(env, "db", "migrate", timeout=180)
     return env
 
