@@ -65,17 +65,31 @@ def test_bad_parameters_fail_the_run_with_a_message_naming_them(small_home, conf
 # --- the DAG's control flow with stand-in jobs (no dependency on the real Spark jobs) -------------------------------
 
 # Stand-ins for jobs/replay.py and jobs/reconcile.py, run by the real spark-submit: the real DAG file is copied next
-# to them, so `application` resolves to these.
+# to them, so `application` resolves to these. They note each call in jobs/calls.log as well as printing it: the tail of
+# a Python application's output can be missing from the task log, because spark-submit copies it on a daemon thread
+# that it does not wait for before its JVM exits (Spark's PythonRunner), and a stand-in exits at once.
 STAND_IN_REPLAY = """
 import json, os, sys
 spec = json.loads(sys.argv[sys.argv.index("--run-spec") + 1])
-print(f"stand-in replay: run {spec['run_id']} dry_run={spec['dry_run']} python={os.environ.get('PYSPARK_PYTHON')}")
+line = f"stand-in replay: run {spec['run_id']} dry_run={spec['dry_run']} python={os.environ.get('PYSPARK_PYTHON')}"
+print(line)
+with open(os.path.join(os.path.dirname(__file__), "calls.log"), "a") as calls:
+    calls.write(line + "\\n")
 """
 STAND_IN_RECONCILE = """
-import sys
-print("stand-in reconcile: verdict FAIL for shop.orders (3 mismatches), diff at /nowhere/diff")
+import os, sys
+line = "stand-in reconcile: verdict FAIL for shop.orders (3 mismatches), diff at /nowhere/diff"
+print(line)
+with open(os.path.join(os.path.dirname(__file__), "calls.log"), "a") as calls:
+    calls.write(line + "\\n")
 sys.exit(1)
 """
+
+
+def stand_in_calls(env: dict[str, str]) -> str:
+    """What the stand-in jobs of this Airflow home noted, one line per call."""
+    calls = Path(env["AIRFLOW_HOME"]).parent / "jobs" / "calls.log"
+    return calls.read_text(encoding="utf-8") if calls.exists() else ""
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +111,7 @@ def test_failed_reconcile_still_reports_and_fails_the_run(stand_in_home):
     result = airflow(stand_in_home, "dags", "test", DAG_ID, "2026-02-02", check=False)
     output = result.stdout + result.stderr
     assert result.returncode != 0, tail(output)
-    assert "stand-in reconcile: verdict FAIL for shop.orders" in output
+    assert "stand-in reconcile: verdict FAIL for shop.orders" in stand_in_calls(stand_in_home)
     assert task_states(stand_in_home, "2026-02-02") == {
         "validate_run": "success",
         "replay": "success",
@@ -114,8 +128,9 @@ def test_dry_run_skips_reconcile_and_succeeds(stand_in_home):
     result = airflow(stand_in_home, "dags", "test", DAG_ID, "2026-02-03", "--conf", '{"dry_run": true}', check=False)
     output = result.stdout + result.stderr
     assert result.returncode == 0, tail(output)
-    assert "dry_run=True" in output
-    assert f"python={sys.executable}" in output, "the Spark job must run with the Airflow worker's Python"
+    dry_replays = [line for line in stand_in_calls(stand_in_home).splitlines() if "dry_run=True" in line]
+    assert len(dry_replays) == 1 and dry_replays[0].startswith("stand-in replay"), tail(output)
+    assert f"python={sys.executable}" in dry_replays[0], "the Spark job must run with the Airflow worker's Python"
     assert task_states(stand_in_home, "2026-02-03") == {
         "validate_run": "success",
         "replay": "success",
