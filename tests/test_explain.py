@@ -18,9 +18,10 @@ import pytest
 from archive_helpers import Record, pipeline_config, write_parquet
 
 from cdcreplay import cli
+from cdcreplay.config import ConfigError
 from cdcreplay.explain import explain_key, render_explanation
 from cdcreplay.explain.analysis import build_events, lost_changes, winner_of
-from cdcreplay.explain.request import resolve_request
+from cdcreplay.explain.request import canonical_key_value, resolve_request
 from cdcreplay.explain.story import Quarantined, Reconciliation, Source, Winner
 from cdcreplay_lab.simulator import build_sample_archive
 from cdcreplay_lab.simulator.encode_debezium import encode_debezium_json
@@ -464,3 +465,113 @@ def test_a_key_the_snapshot_did_not_read_but_the_changes_keep_names_the_missing_
     [no_event] = lost_changes([], [compared], {}, "t")
     assert no_event.newest_before is None
     assert "no event before its last read names the key, and no archived event deletes it" in no_event.text
+
+
+# -- a key of a date and a timestamp: matched by value, whatever text it is given in ---------------------------------
+
+READING_KEY_SCHEMA = [
+    {"type": "int32", "optional": False, "name": "io.debezium.time.Date", "field": "day"},
+    {"type": "string", "optional": False, "name": "io.debezium.time.ZonedTimestamp", "field": "at"},
+]
+READING_SCHEMA = [*READING_KEY_SCHEMA, {"type": "double", "optional": True, "field": "reading"}]
+SOURCE_SCHEMA = [
+    {"type": "string", "optional": False, "field": "connector"},
+    {"type": "string", "optional": False, "field": "name"},
+    {"type": "int64", "optional": False, "field": "ts_ms"},
+    {"type": "string", "optional": False, "field": "db"},
+    {"type": "string", "optional": True, "field": "table"},
+    {"type": "string", "optional": False, "field": "file"},
+    {"type": "int64", "optional": False, "field": "pos"},
+    {"type": "int32", "optional": False, "field": "row"},
+]
+
+
+def reading_record(offset: int, op: str, day: int, at: str, before: float | None, after: float | None) -> Record:
+    """A Debezium JsonConverter record (schemas on) of ``inventory.readings``, keyed by a date and a timestamp."""
+    image = {"type": "struct", "fields": READING_SCHEMA, "optional": True, "name": "mysql1.inventory.readings.Value"}
+    envelope = {
+        "type": "struct",
+        "fields": [
+            {**image, "field": "before"},
+            {**image, "field": "after"},
+            {"type": "struct", "fields": SOURCE_SCHEMA, "optional": False, "field": "source"},
+            {"type": "string", "optional": False, "field": "op"},
+            {"type": "int64", "optional": True, "field": "ts_ms"},
+        ],
+        "optional": False,
+        "name": "mysql1.inventory.readings.Envelope",
+    }
+    row = {"day": day, "at": at}
+    source = {"connector": "mysql", "name": "mysql1", "ts_ms": 1767607200000 + offset, "db": "inventory",
+              "table": "readings", "file": "mysql-bin.000001", "pos": 100 * (offset + 1), "row": 0}  # fmt: skip
+    payload = {
+        "before": None if before is None else {**row, "reading": before},
+        "after": None if after is None else {**row, "reading": after},
+        "source": source,
+        "op": op,
+        "ts_ms": source["ts_ms"],
+    }
+    key = {"schema": {"type": "struct", "fields": READING_KEY_SCHEMA, "optional": False}, "payload": row}
+    return Record("mysql1.inventory.readings", 0, offset, json.dumps({"schema": envelope, "payload": payload}),
+                  json.dumps(key))  # fmt: skip
+
+
+def test_a_date_and_timestamp_key_is_found_by_its_value_in_any_text(spark, tmp_path):
+    day = 20458  # 2026-01-05 as Debezium's days since the epoch
+    records = [
+        reading_record(0, "c", day, "2026-01-05T10:00:00.5Z", None, 1.5),
+        reading_record(1, "c", day, "2026-01-05T11:00:00Z", None, 7.0),  # another key: the same day, an hour later
+        reading_record(2, "u", day, "2026-01-05T10:00:00.5Z", 1.5, 2.5),
+    ]
+    write_parquet(records, tmp_path / "archive" / "part-0.parquet")
+    config = pipeline_config(tmp_path, "readings", "debezium-json", tmp_path / "archive")
+    assert cli.main(["run", "--config", str(config), "--run-id", "r1", "--full-rebuild"]) == 0
+
+    def story_of(key: dict):
+        request = resolve_request(str(config), "readings", "inventory.readings", json.dumps(key))
+        return explain_key(spark, request)
+
+    # The decoder keeps the vendor's text of the timestamp ("...10:00:00.5Z"); a person types it otherwise.
+    for at in ("2026-01-05 10:00:00.5", "2026-01-05T12:00:00.500+02:00", "2026-01-05T10:00:00.5Z"):
+        story = story_of({"day": "2026-01-05", "at": at})
+        assert [(e.op, e.offset) for e in story.events] == [("insert", 0), ("update", 2)], at
+        assert story.winner.seq == 2 and story.state.offset == 2, at
+        assert story.published.row == {"day": "2026-01-05", "at": "2026-01-05T10:00:00.500000Z", "reading": 2.5}, at
+    other = story_of({"day": "2026-01-05", "at": "2026-01-05 11:00:00"})
+    assert [(e.op, e.offset) for e in other.events] == [("insert", 1)]
+    assert other.published.row["reading"] == 7.0
+    nothing = story_of({"day": "2026-01-05", "at": "2026-01-05 10:00:00.4"})
+    assert (nothing.events, nothing.state, nothing.published.row) == ([], None, None)
+
+
+@pytest.mark.parametrize(
+    ("declared", "given", "canonical_or_message"),
+    [
+        ("date", "2026-01-05", "2026-01-05"),
+        ("date", "2026-13-05", '--key: column k is date: "2026-13-05" is not one; give e.g. 2026-01-05'),
+        ("timestamp", "2026-01-05T12:00:00+02:00", "2026-01-05 10:00:00.000000"),
+        (
+            "timestamp",
+            "10:00",
+            '--key: column k is timestamp: "10:00" is not one; give e.g. 2026-01-05 10:00:00 (UTC unless it names a zone)',
+        ),
+        ("timestamp_ntz", "2026-01-05 10:00:00.5", "2026-01-05 10:00:00.500000"),
+        (
+            "timestamp_ntz",
+            "2026-01-05 10:00:00Z",
+            '--key: column k is timestamp_ntz: "2026-01-05 10:00:00Z" is not one; give e.g. 2026-01-05 10:00:00 '
+            "(the wall-clock time, no zone)",
+        ),
+        ("double", 12, "12.0"),
+        ("double", True, "--key: column k is double: true is not one; give e.g. 12.5"),
+        ("binary", "AQI=", "AQI="),
+        ("binary", "!!", '--key: column k is binary: "!!" is not one; give e.g. its base64 text, as the diff shows it'),
+    ],
+)
+def test_a_key_value_matched_by_value_is_checked_and_given_one_text(declared, given, canonical_or_message):
+    if canonical_or_message.startswith("--key"):
+        with pytest.raises(ConfigError) as refused:
+            canonical_key_value("k", given, declared)
+        assert str(refused.value) == canonical_or_message
+    else:
+        assert canonical_key_value("k", given, declared) == canonical_or_message

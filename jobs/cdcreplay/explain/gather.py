@@ -1,7 +1,8 @@
 """Gather a key's story from the warehouse with Spark, reading only what names the key.
 
 - Its events: the decoded changelog of every run whose changes the state holds (``request.runs``), filtered on the
-  table and the key text (Parquet row-group statistics skip what cannot hold them), plus the table's truncates.
+  table and the key (``names_key``: by its text, or by value for a date, timestamp, float or binary column), plus the
+  table's truncates.
   Spark sorts them by ``compaction.event_order`` and ``compaction.latest_rows`` picks the winner: the order and the
   rule are compaction's own.
 - Its quarantined records: each run's quarantine, by the decoded key, or by the Kafka key where the record could not
@@ -37,8 +38,10 @@ from cdcreplay.explain.analysis import (
 )
 from cdcreplay.explain.request import ExplainRequest, RunFiles, canonical_key_value
 from cdcreplay.explain.story import Explanation, PublishedRow, Quarantined, Source, StateRow, Tombstone
+from cdcreplay.spark import vectorized_parquet_reads
 from cdcreplay.state_store import read_state, table_state
 from cdcreplay.storage import Location
+from cdcreplay.value_types import safe_binary
 from cdcreplay.warehouse import read_json
 
 RUN_OF_FILE = r"/runs/([^/]+)/(decoded|reconcile)/"
@@ -46,7 +49,13 @@ QUARANTINE_COLUMNS = ("topic", "partition", "offset", "reason", "detail", "table
 
 
 def explain_key(spark: SparkSession, request: ExplainRequest) -> Explanation:
-    """The whole story of ``request``'s key, as of its run."""
+    """The whole story of ``request``'s key, as of its run. Nothing here feeds rows to Python workers, so Spark's
+    vectorized Parquet reader may read the changelogs: about twice as fast on a run of millions of records."""
+    with vectorized_parquet_reads(spark):
+        return _story(spark, request)
+
+
+def _story(spark: SparkSession, request: ExplainRequest) -> Explanation:
     story = Explanation(
         pipeline=request.pipeline.name,
         format=request.pipeline.format,
@@ -96,8 +105,30 @@ def _no_row_change(run: RunFiles) -> str | None:
 
 def _not_reconciled(run: RunFiles) -> str | None:
     reconciliation = run.summary.reconciliation
-    skipped = reconciliation is not None and reconciliation.verdict == VERDICT_SKIPPED
-    return f"reconciliation {reconciliation.verdict}" if skipped else None
+    if reconciliation is None:
+        return "no reconciliation result (not reconciled, or still reconciling)"
+    return f"reconciliation {reconciliation.verdict}" if reconciliation.verdict == VERDICT_SKIPPED else None
+
+
+def names_key(request: ExplainRequest, column: str = "key") -> Column:
+    """Whether a row's key text is the request's key: the same text, or for the key columns matched by value
+    (``ExplainRequest.typed_columns``) the same value of the column's type."""
+    typed = request.typed_columns
+    if not typed:
+        return F.col(column) == request.key_text
+    texts = F.from_json(F.col(column), "array<string>")
+    matches = F.size(texts) == len(request.key_columns)
+    for place, name in enumerate(request.key_columns):
+        given = request.key[name]
+        if place in typed:
+            matches = matches & (_typed(texts[place], typed[place]) == _typed(F.lit(given), typed[place]))
+        else:
+            matches = matches & (texts[place] == given)
+    return F.coalesce(matches, F.lit(False))
+
+
+def _typed(text: Column, spark_type: str) -> Column:
+    return safe_binary(text) if spark_type == "binary" else text.try_cast(spark_type)
 
 
 def _run_column() -> Column:
@@ -136,9 +167,7 @@ def _changelog_rows(spark: SparkSession, request: ExplainRequest, story: Explana
     paths = _present(story, request.runs, "changelog", path_of, _no_row_change)
     rows: list[dict] = []
     if paths:
-        of_key = (F.col("table_id") == request.table_id) & (
-            (F.col("key") == request.key_text) | (F.col("op") == S.OP_TRUNCATE)
-        )
+        of_key = (F.col("table_id") == request.table_id) & (names_key(request) | (F.col("op") == S.OP_TRUNCATE))
         frame = (
             spark.read.parquet(*paths)
             .where(of_key)
@@ -169,10 +198,18 @@ def _diff_rows(spark: SparkSession, request: ExplainRequest, story: Explanation)
     def path_of(run: RunFiles) -> str:
         return run.diff_path
 
-    paths = _present(story, request.runs, "reconciliation", path_of, _not_reconciled)
+    # A diff is read once its run's summary holds the result: a reconciliation under way has a diff folder already.
+    reconciled = [run for run in request.runs if _not_reconciled(run) is None]
+    for run in request.runs:
+        if run not in reconciled:
+            note = _not_reconciled(run)
+            story.sources.append(
+                Source(kind="reconciliation", path=path_of(run), status="none", run_id=run.run_id, note=note)
+            )
+    paths = _present(story, reconciled, "reconciliation", path_of)
     rows: list[dict] = []
     if paths:
-        of_key = (F.col("table_id") == request.table_id) & (F.col("key") == request.key_text)
+        of_key = (F.col("table_id") == request.table_id) & names_key(request)
         rows = [
             r.asDict(recursive=True)
             for r in spark.read.parquet(*paths).where(of_key).select("*", _run_column()).collect()
@@ -210,11 +247,14 @@ def _quarantined(spark: SparkSession, request: ExplainRequest, story: Explanatio
     rows: list[dict] = []
     if paths:
         of_table = F.col("table_id").isNull() | (F.col("table_id") == request.table_id)
-        named = (F.col("key") == request.key_text) | (F.col("key").isNull() & F.col("raw_key").isNotNull())
+        by_key = F.col("table_id").isNotNull() & names_key(request)
+        named = by_key | (F.col("key").isNull() & F.col("raw_key").isNotNull())
         frame = (
             spark.read.parquet(*paths)
             .where(of_table & named)
-            .select(*QUARANTINE_COLUMNS, _utc_text("timestamp").alias("timestamp"), _run_column())
+            .select(
+                *QUARANTINE_COLUMNS, _utc_text("timestamp").alias("timestamp"), _run_column(), by_key.alias("by_key")
+            )
         )
         rows = [r.asDict() for r in frame.orderBy("topic", "partition", "offset").collect()]
     found = []
@@ -245,7 +285,7 @@ def _quarantined(spark: SparkSession, request: ExplainRequest, story: Explanatio
 
 
 def _matched_by(row: dict, request: ExplainRequest) -> str | None:
-    if row["key"] == request.key_text and row["table_id"] == request.table_id:
+    if row["by_key"]:
         return "decoded_key"
     if row["key"] is None and _kafka_key_names(row["raw_key"], request):
         return "kafka_key"
@@ -283,7 +323,7 @@ def _state_row(spark: SparkSession, request: ExplainRequest, story: Explanation)
     story.sources.append(source)
     try:
         state = table_state(read_state(spark, ref["path"], ref["version"], keep_partition=True), request.table_id)
-        rows = state.where(F.col("key") == request.key_text).withColumn("event_time", _utc_text("event_time")).collect()
+        rows = state.where(names_key(request)).withColumn("event_time", _utc_text("event_time")).collect()
     except PySparkException as exc:  # vacuumed: older than the kept versions
         source.status, source.note = "not_readable", str(exc).splitlines()[0]
         return None
@@ -364,7 +404,7 @@ def _typed_key(request: ExplainRequest) -> Column:
     condition = F.lit(True)
     for column, text in request.key.items():
         declared = request.column_types.get(column, "string")
-        condition = condition & (F.col(column) == F.lit(text).cast(declared))
+        condition = condition & (F.col(column) == _typed(F.lit(text), declared))
     return condition
 
 

@@ -6,6 +6,11 @@ table's key columns (``formats.routing.key_text``). The user's key is a JSON obj
 turned into the canonical text its column's type gives (``42`` and ``"42"`` are the same int key, ``12.5`` is
 ``"12.50"`` in a decimal(10,2) column), and the key text is built from them exactly as the decoders build it.
 
+A date, timestamp, float or binary key value has more than one text: each vendor writes a timestamp with its own
+fraction digits, and a person types ``2026-01-05T10:00:00Z`` for ``2026-01-05 10:00:00.000000``. Those columns
+(``TYPED_MATCH_TYPES``) are matched by value, not by text: the key text's element and the given value, both cast to
+the column's type (``ExplainRequest.typed_columns``; gather's ``names_key``).
+
 The runs: a published state is the compaction of every run's changes since the last run that built from nothing (a
 full rebuild, or the first run). So the story of a key as of run R reads the runs from that run up to R, in the order
 they published.
@@ -13,9 +18,13 @@ they published.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import contextlib
 import json
 import re
 from dataclasses import dataclass, field
+from datetime import date
 from decimal import Decimal, InvalidOperation
 
 from cdcreplay.config import ConfigError, LoadedConfig, PipelineConfig, load_config
@@ -29,11 +38,15 @@ from cdcreplay.contracts import (
     decoded_kind_folder,
 )
 from cdcreplay.formats.routing import KIND_CHANGE, KIND_QUARANTINE, key_text
+from cdcreplay.formats.values.text_casts import spark_timestamp_micros, timestamp_text, wall_clock_micros
 from cdcreplay.warehouse import PipelinePaths, is_legacy, read_current, read_json
 
 INTEGRAL_TYPES = frozenset({"tinyint", "smallint", "int", "integer", "bigint", "long"})
 DECIMAL_TYPE = re.compile(r"decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)")
 INTEGER_TEXT = re.compile(r"[+-]?\d+")
+DATE_TEXT = re.compile(r"\d{4}-\d{2}-\d{2}")
+# Key column types whose values have more than one text: matched by value (cast to the type), not by text.
+TYPED_MATCH_TYPES = frozenset({"date", "timestamp", "timestamp_ntz", "float", "double", "binary"})
 
 
 @dataclass(frozen=True)
@@ -89,6 +102,16 @@ class ExplainRequest:
     run: RunFiles  # the run the story ends with
     runs: tuple[RunFiles, ...]  # the runs whose changes the state as of ``run`` holds, oldest first
     skipped_runs: tuple[RunFiles, ...] = field(default=())  # runs of the chain that decoded nothing
+
+    @property
+    def typed_columns(self) -> dict[int, str]:
+        """The key columns matched by value: their place in the key text -> their Spark type."""
+        types = {}
+        for place, column in enumerate(self.key_columns):
+            declared = (self.column_types.get(column) or "string").strip().lower()
+            if declared in TYPED_MATCH_TYPES:
+                types[place] = declared
+        return types
 
 
 def resolve_request(
@@ -189,6 +212,8 @@ def canonical_key_value(column: str, value, spark_type: str | None) -> str:
         return _decimal_text(column, value, declared, int(scale.group(2)))
     if declared == "boolean":
         return _boolean_text(column, value)
+    if declared in TYPED_MATCH_TYPES:
+        return _typed_text(column, value, declared)
     return value if isinstance(value, str) else json.dumps(value)
 
 
@@ -212,6 +237,40 @@ def _decimal_text(column: str, value, declared: str, scale: int) -> str:
     except (InvalidOperation, ValueError):
         raise ConfigError(f"--key: column {column} is {declared}: {json.dumps(value)} is not a number") from None
     return f"{number.quantize(Decimal(1).scaleb(-scale)):f}"
+
+
+def _typed_text(column: str, value, declared: str) -> str:
+    """A date, timestamp, float or binary key value checked, in one text of it (matched by value: see the module)."""
+    examples = {
+        "date": "2026-01-05",
+        "timestamp": "2026-01-05 10:00:00 (UTC unless it names a zone)",
+        "timestamp_ntz": "2026-01-05 10:00:00 (the wall-clock time, no zone)",
+        "float": "12.5",
+        "double": "12.5",
+        "binary": "its base64 text, as the diff shows it",
+    }
+    text = value.strip() if isinstance(value, str) else None
+    canonical = None
+    if declared == "date" and text and DATE_TEXT.fullmatch(text):
+        with contextlib.suppress(ValueError):
+            canonical = date.fromisoformat(text).isoformat()
+    elif declared == "timestamp" and text and DATE_TEXT.match(text):  # a time alone would mean today
+        micros = spark_timestamp_micros(text)
+        canonical = None if micros is None else timestamp_text(micros)
+    elif declared == "timestamp_ntz" and text:
+        micros = wall_clock_micros(text)
+        canonical = None if micros is None else timestamp_text(micros)
+    elif declared in ("float", "double") and not isinstance(value, bool):
+        with contextlib.suppress(TypeError, ValueError):
+            canonical = repr(float(value))
+    elif declared == "binary" and text is not None:
+        with contextlib.suppress(binascii.Error, ValueError):
+            canonical = base64.b64encode(base64.b64decode(text, validate=True)).decode("ascii")
+    if canonical is None:
+        raise ConfigError(
+            f"--key: column {column} is {declared}: {json.dumps(value)} is not one; give e.g. {examples[declared]}"
+        )
+    return canonical
 
 
 def _boolean_text(column: str, value) -> str:

@@ -310,6 +310,15 @@ def spark_timestamp_micros(text: str) -> int | None:
     return instant if instant is not None and INT64[0] <= instant <= INT64[1] else None
 
 
+def wall_clock_micros(text: str) -> int | None:
+    """Date-and-time text without a zone (a timestamp_ntz's wall clock), as microseconds since the epoch; None for
+    text that names a zone, holds only a time, or is no timestamp."""
+    parsed = _timestamp_segments(text)
+    if parsed is None or parsed[1] is not None or parsed[2]:
+        return None
+    return spark_timestamp_micros(text)
+
+
 def timestamp_text(micros: int) -> str:
     """Spark's ``date_format(ts, "yyyy-MM-dd HH:mm:ss.SSSSSS")`` in UTC (a year past 9999 signed, as Java does)."""
     days, micros_of_day = divmod(micros, DAY_MICROS)
