@@ -12,6 +12,7 @@ from decimal import Decimal
 import pytest
 
 from cdcreplay import schema
+from cdcreplay.contracts import RECONCILE_STORIES
 from cdcreplay.reconcile import DIFF_COLUMNS, reconcile, run_reconciliation
 from cdcreplay.spark import VECTORIZED_READER
 from cdcreplay.state_store import state_ref, write_state
@@ -323,7 +324,11 @@ def test_run_reconciliation_with_base_state(spark, tmp_path):
     ]
     changelog(spark, run_rows).write.partitionBy("table_id").parquet(str(tmp_path / "changelog"))
 
+    earlier_story = tmp_path / "run" / RECONCILE_STORIES / "shop.orders" / "a-key.json"  # of an earlier diff
+    earlier_story.parent.mkdir(parents=True)
+    earlier_story.write_text("{}")
     summary = run_reconciliation(spark, tmp_path / "run", str(tmp_path / "changelog"), base_state)
+    assert not earlier_story.parent.parent.exists()
     # The vectorized Parquet reader was on for the reconciliation alone: decoders feed Python from Parquet scans,
     # which hangs under pyspark 4.2.0 with it on.
     assert spark.conf.get(VECTORIZED_READER) == "false"

@@ -44,6 +44,8 @@ RECONCILE_DIFF = f"{RECONCILE_FOLDER}/diff"
 RECONCILE_METRICS = f"{RECONCILE_FOLDER}/metrics.json"
 RECONCILE_REPORT = f"{RECONCILE_FOLDER}/report.md"
 RECONCILE_DATA_DOCS = f"{RECONCILE_FOLDER}/data_docs"
+# Keys' stories the reconciliation view worked out (`cdcreplay explain --json`), one file per key, by table.
+RECONCILE_STORIES = f"{RECONCILE_FOLDER}/explain"
 
 # -- Kafka client settings: from the environment only --------------------------------------------------------------
 # Kafka client settings (TLS, SASL, credentials) reach a run only as the environment: each CDCREPLAY_KAFKA_<NAME> is

@@ -8,7 +8,8 @@ driver); a thread of the view waits for it and writes what it printed to
 ``<run>/reconcile/explain/<table>/<sha256 of the key text>.json`` through ``cdcreplay.storage.Location`` (one atomic
 replace: a local rename, or one S3 PUT). A failed run writes ``<same>.error.json`` instead: its exit code and the
 tail of its standard error, shown on the page until someone asks again with ``retry``. A story older than the run's
-``summary.json`` counts as not asked for (the reconcile task ran again and wrote another diff).
+``summary.json`` counts as not asked for (the reconcile task ran again and wrote another diff); the reconciliation
+removes the folder of stories when it writes a new diff, so outdated stories do not pile up.
 
 One subprocess per (pipeline, run, table, key) at a time: an in-process table of the running ones, and, for the
 api-server's other worker processes, a marker file ``<same>.running.json`` naming the host and process that started
@@ -35,7 +36,7 @@ from pathlib import Path
 
 import cdcreplay
 from cdcreplay.config import ConfigError
-from cdcreplay.contracts import SUMMARY_FILE
+from cdcreplay.contracts import RECONCILE_STORIES, SUMMARY_FILE
 from cdcreplay.explain.request import parse_key
 from cdcreplay.explain.story import EXPLAIN_FORMAT
 from cdcreplay.formats.routing import key_text
@@ -43,7 +44,6 @@ from cdcreplay.storage import Location
 from cdcreplay.warehouse import PipelinePaths, is_legacy, read_current, table_folder_name
 from cdcreplay_ui.runs_index import NotFound, Refused, Warehouse
 
-EXPLAIN_FOLDER = "reconcile/explain"
 # How long one explain may run before it is killed (a JVM start and a few small reads take well under a minute).
 EXPLAIN_TIMEOUT = 900
 # A marker older than this names a subprocess that cannot still be running.
@@ -139,7 +139,7 @@ def _key_object(key: str, table_id: str, key_columns: tuple[str, ...]) -> dict:
 def story_file(warehouse: Warehouse, asked: StoryKey) -> Location:
     """``<run>/reconcile/explain/<table folder>/<sha256 of the key text>.json``."""
     digest = hashlib.sha256(asked.key_text.encode("utf-8", "surrogatepass")).hexdigest()
-    folder = warehouse.run_dir(asked.pipeline, asked.run_id) / EXPLAIN_FOLDER / table_folder_name(asked.table_id)
+    folder = warehouse.run_dir(asked.pipeline, asked.run_id) / RECONCILE_STORIES / table_folder_name(asked.table_id)
     return folder / f"{digest}.json"
 
 

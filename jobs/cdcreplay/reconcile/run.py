@@ -16,6 +16,7 @@ from cdcreplay.contracts import (
     RECONCILE_FOLDER,
     RECONCILE_METRICS,
     RECONCILE_REPORT,
+    RECONCILE_STORIES,
     STATUS_IN_FLIGHT,
     STATUS_MATCH,
     STATUSES,
@@ -57,6 +58,8 @@ def run_reconciliation(
     diff_path = run_dir / RECONCILE_DIFF
     data_docs = run_dir / RECONCILE_DATA_DOCS
     out.mkdir()
+    # The keys' stories the view worked out (one file per key) tell of the diff this reconciliation replaces.
+    (run_dir / RECONCILE_STORIES).remove_tree()
 
     # Nothing in the reconciliation runs Python over the rows, so Spark's faster Parquet reader can read its input.
     with vectorized_parquet_reads(spark):
