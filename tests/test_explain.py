@@ -8,6 +8,7 @@ coordinates, not from the warehouse the explanation reads.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from datetime import UTC, datetime
@@ -297,21 +298,62 @@ def test_a_story_as_of_an_earlier_run_reads_only_its_runs(spark, simulated):
     assert story.published.run_id == "night1" and story.published.seq == len(first_night)
 
 
-def test_a_missing_changelog_is_named_not_skipped(spark, simulated):
+def test_a_gone_changelog_is_decoded_again_from_the_archive_and_without_the_archive_named_missing(spark, simulated):
+    """A run's decoded folder deleted to save space: the story decodes that run's records again from the archive
+    files its manifest names, and tells the same story. With the archive files gone too, the run is named missing
+    and the story says it is incomplete."""
     table_id, key = BUSY_ORDER
-    changelog = simulated.tmp / "warehouse" / PIPELINE / "runs" / "night1" / "decoded" / "record_kind=changelog"
-    aside = changelog.with_name("record_kind=changelog.aside")
-    shutil.move(changelog, aside)
-    try:
-        story = explain(simulated, table_id, simulated.key_json(table_id, key), spark=spark)
-    finally:
-        shutil.move(aside, changelog)
-    assert Source(kind="changelog", path=str(changelog), status="missing", run_id="night1") in story.sources
-    assert all(e.runs == ["night2"] for e in story.events)
+    key_json = simulated.key_json(table_id, key)
+    whole = explain(simulated, table_id, key_json, spark=spark)
+    run_folder = simulated.tmp / "warehouse" / PIPELINE / "runs" / "night1"
+    changelog = run_folder / "decoded" / "record_kind=changelog"
+    files = len(json.loads((run_folder / "manifest.json").read_text())["files"])
+    archive = simulated.tmp / "archive"
+    with moved_aside(changelog):
+        redecoded = explain(simulated, table_id, key_json, spark=spark)
+        with moved_aside(archive):
+            incomplete = explain(simulated, table_id, key_json, spark=spark)
+
+    assert [(e.op, e.offset, e.runs, e.image_after) for e in redecoded.events] == [
+        (e.op, e.offset, e.runs, e.image_after) for e in whole.events
+    ]
+    assert (redecoded.winner, redecoded.published, redecoded.lost_changes) == (
+        whole.winner,
+        whole.published,
+        whole.lost_changes,
+    )
+    first_night = [e for e in whole.events if e.runs == ["night1"]]
+    [source] = [s for s in redecoded.sources if s.kind == "changelog" and s.run_id == "night1"]
+    assert source == Source(
+        kind="changelog",
+        path=str(changelog),
+        status="from_archive",
+        run_id="night1",
+        rows=len(first_night),
+        note=f"decoded again from topics {first_night[0].topic} of the {files} archive files its manifest names",
+    )
+    assert not any("incomplete" in note for note in redecoded.notes)
+
+    [source] = [s for s in incomplete.sources if s.kind == "changelog" and s.run_id == "night1"]
+    assert (source.status, source.note.split(", e.g.")[0]) == (
+        "missing",
+        f"{files} of the {files} archive files it read are gone too",
+    )
+    assert all(e.runs == ["night2"] for e in incomplete.events)
     assert (
         "the story is incomplete: the changelog of run(s) night1 is missing, so their events are not shown"
-        in story.notes
+        in incomplete.notes
     )
+
+
+@contextlib.contextmanager
+def moved_aside(path: Path):
+    aside = path.with_name(path.name + ".aside")
+    shutil.move(path, aside)
+    try:
+        yield
+    finally:
+        shutil.move(aside, path)
 
 
 def test_a_numeric_key_may_be_given_as_text(simulated):

@@ -17,6 +17,7 @@ incomplete, and the story says so rather than tell a shorter one.
 from __future__ import annotations
 
 import json
+from functools import reduce
 
 from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -36,6 +37,7 @@ from cdcreplay.explain.analysis import (
     reconciliation_rows,
     winner_of,
 )
+from cdcreplay.explain.from_archive import redecode_run, topics_of_table
 from cdcreplay.explain.request import ExplainRequest, RunFiles, canonical_key_value
 from cdcreplay.explain.story import Explanation, PublishedRow, Quarantined, Source, StateRow, Tombstone
 from cdcreplay.spark import vectorized_parquet_reads
@@ -165,18 +167,45 @@ def _changelog_rows(spark: SparkSession, request: ExplainRequest, story: Explana
             Source(kind="changelog", path=path_of(run), status="none", run_id=run.run_id, note="decoded nothing")
         )
     paths = _present(story, request.runs, "changelog", path_of, _no_row_change)
-    rows: list[dict] = []
+    of_key = (F.col("table_id") == request.table_id) & (names_key(request) | (F.col("op") == S.OP_TRUNCATE))
+    frames = []
     if paths:
-        of_key = (F.col("table_id") == request.table_id) & (names_key(request) | (F.col("op") == S.OP_TRUNCATE))
-        frame = (
-            spark.read.parquet(*paths)
-            .where(of_key)
-            .select(*S.CHANGELOG_COLUMNS, _utc_text("event_time").alias("event_time_text"), _run_column())
-        )
+        frames.append(spark.read.parquet(*paths).where(of_key).select(*S.CHANGELOG_COLUMNS, _run_column()))
+    redecoded = _redecoded_runs(spark, request, story, frames, of_key)
+    rows: list[dict] = []
+    if frames:
+        frame = reduce(DataFrame.unionByName, frames)
+        frame = frame.select("*", _utc_text("event_time").alias("event_time_text"))
         ordered = frame.orderBy(event_order(), "op", "topic", "run_id")
         rows = [row.asDict(recursive=True) for row in ordered.collect()]
+    for source in redecoded:
+        source.rows = sum(row["run_id"] == source.run_id for row in rows)
     _count_per_run(story, "changelog", list(request.runs), path_of, rows)
     return rows
+
+
+def _redecoded_runs(
+    spark: SparkSession, request: ExplainRequest, story: Explanation, frames: list[DataFrame], of_key: Column
+) -> list[Source]:
+    """For each run whose changelog is missing, its rows of the key decoded again from the archive files it read
+    (``from_archive``), added to ``frames``; their sources turn from "missing" to "from_archive"."""
+    missing = [s for s in story.sources if s.kind == "changelog" and s.status == "missing"]
+    if not missing:
+        return []
+    known = set()  # the topics of the key's events in the runs that kept their changelog
+    if frames:
+        known = {row.topic for row in frames[0].select("topic").distinct().collect()}
+    topics = topics_of_table(spark, request, known)
+    by_id = {run.run_id: run for run in request.runs}
+    redecoded = []
+    for source in missing:
+        found = redecode_run(spark, request, by_id[source.run_id], topics, of_key)
+        source.note = found.note
+        if found.rows is not None:
+            frames.append(found.rows.select("*", F.lit(source.run_id).alias("run_id")))
+            source.status = "from_archive"
+            redecoded.append(source)
+    return redecoded
 
 
 def _latest(spark: SparkSession, rows: list[dict]) -> dict | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from cdcreplay.explain.story import Event, Explanation
+from cdcreplay.explain.story import READ_STATUSES, Event, Explanation
 
 MAX_IMAGE_TEXT = 400
 
@@ -38,7 +38,7 @@ def _sources(story: Explanation) -> list[str]:
     lines = ["where it comes from:"]
     for source in story.sources:
         run = f"run {source.run_id} " if source.run_id else ""
-        found = f": {source.rows} row(s) of the key" if source.status == "read" else f": {source.status.upper()}"
+        found = f": {source.rows} row(s) of the key" if source.status in READ_STATUSES else f": {source.status.upper()}"
         note = f" ({source.note})" if source.note else ""
         lines.append(f"  {run}{source.kind} {source.path}{found}{note}")
     return lines

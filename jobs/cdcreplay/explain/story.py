@@ -14,6 +14,10 @@ from dataclasses import asdict, dataclass, field
 EXPLAIN_FORMAT = 1
 
 
+# The statuses of a source whose rows of the key the story holds.
+READ_STATUSES = ("read", "from_archive")
+
+
 @dataclass
 class Source:
     """One file set the story read (or looked for): a run's changelog, quarantine or reconciliation diff, the state
@@ -21,7 +25,7 @@ class Source:
 
     kind: str  # changelog | quarantine | reconciliation | state | published_table
     path: str
-    status: str  # read | missing | not_readable | none (the run decoded nothing)
+    status: str  # read | from_archive (explain.from_archive) | missing | not_readable | none (nothing to read)
     run_id: str | None = None
     rows: int = 0  # rows of this key found there
     note: str = ""
