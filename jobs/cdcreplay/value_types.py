@@ -29,6 +29,8 @@ from functools import lru_cache
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
+from cdcreplay.formats.values.text_casts import MAX_MICROS, MIN_MICROS
+
 
 def let(value: Column, body) -> Column:
     """Evaluate ``value`` once and hand it to ``body`` as a lambda variable (Spark SQL has no `let`).
@@ -39,9 +41,8 @@ def let(value: Column, body) -> Column:
     return F.transform(F.array(value), body)[0]
 
 
-# Spark's timestamp range (years 1..9999). Source numbers outside it are bad values, never a crash: under ANSI
-# mode an overflowing conversion would abort the whole job.
-MIN_MICROS, MAX_MICROS = -62135596800000000, 253402300799999999
+# Spark's date range (years 1..9999); its timestamp range is text_casts' MIN_MICROS, MAX_MICROS. Source numbers
+# outside them are bad values, never a crash: under ANSI mode an overflowing conversion would abort the whole job.
 MIN_DAYS, MAX_DAYS = -719162, 2932896
 
 

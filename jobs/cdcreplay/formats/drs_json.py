@@ -75,6 +75,8 @@ from cdcreplay.formats.python_rows import (
 from cdcreplay.formats.routing import KIND_QUARANTINE, Routing, table_id_of
 from cdcreplay.formats.values.text_casts import (
     INT64,
+    MAX_MICROS,
+    MIN_MICROS,
     SPARK_BLANKS,
     spark_timestamp_micros,
     spark_zone,
@@ -93,7 +95,7 @@ from cdcreplay.formats.wire.from_json_in_python import (
     text_map,
     text_map_array,
 )
-from cdcreplay.value_types import MAX_MICROS, MIN_MICROS, mysql_type_name_to_spark
+from cdcreplay.value_types import mysql_type_name_to_spark
 
 FORMAT_MYSQL = "drs-json-mysql"
 FORMAT_JSON_C = "drs-json-c"

@@ -16,7 +16,8 @@ from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from cdcreplay.value_types import MAX_MICROS, MIN_MICROS
+# Spark's timestamp range (years 1..9999), in microseconds since the epoch.
+MIN_MICROS, MAX_MICROS = -62135596800000000, 253402300799999999
 
 # What Spark trims around a number it casts from text: ASCII whitespace and control characters (and DEL around a
 # timestamp).
