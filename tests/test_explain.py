@@ -25,7 +25,7 @@ from cdcreplay.explain.analysis import build_events, lost_changes, winner_of
 from cdcreplay.explain.request import canonical_key_value, resolve_request
 from cdcreplay.explain.story import Quarantined, Reconciliation, Source, Winner
 from cdcreplay_lab.simulator import build_sample_archive
-from cdcreplay_lab.simulator.encode_debezium import encode_debezium_json
+from cdcreplay_lab.simulator.encode_debezium import SOURCE_SCHEMA, encode_debezium_json
 
 EVENTS, SEED, DRIFT = 600, 5, 3
 PIPELINE = "sim"
@@ -516,16 +516,6 @@ READING_KEY_SCHEMA = [
     {"type": "string", "optional": False, "name": "io.debezium.time.ZonedTimestamp", "field": "at"},
 ]
 READING_SCHEMA = [*READING_KEY_SCHEMA, {"type": "double", "optional": True, "field": "reading"}]
-SOURCE_SCHEMA = [
-    {"type": "string", "optional": False, "field": "connector"},
-    {"type": "string", "optional": False, "field": "name"},
-    {"type": "int64", "optional": False, "field": "ts_ms"},
-    {"type": "string", "optional": False, "field": "db"},
-    {"type": "string", "optional": True, "field": "table"},
-    {"type": "string", "optional": False, "field": "file"},
-    {"type": "int64", "optional": False, "field": "pos"},
-    {"type": "int32", "optional": False, "field": "row"},
-]
 
 
 def reading_record(offset: int, op: str, day: int, at: str, before: float | None, after: float | None) -> Record:
@@ -536,7 +526,7 @@ def reading_record(offset: int, op: str, day: int, at: str, before: float | None
         "fields": [
             {**image, "field": "before"},
             {**image, "field": "after"},
-            {"type": "struct", "fields": SOURCE_SCHEMA, "optional": False, "field": "source"},
+            SOURCE_SCHEMA,  # the simulator's: Debezium's MySQL connector
             {"type": "string", "optional": False, "field": "op"},
             {"type": "int64", "optional": True, "field": "ts_ms"},
         ],
@@ -544,8 +534,9 @@ def reading_record(offset: int, op: str, day: int, at: str, before: float | None
         "name": "mysql1.inventory.readings.Envelope",
     }
     row = {"day": day, "at": at}
-    source = {"connector": "mysql", "name": "mysql1", "ts_ms": 1767607200000 + offset, "db": "inventory",
-              "table": "readings", "file": "mysql-bin.000001", "pos": 100 * (offset + 1), "row": 0}  # fmt: skip
+    source = {"version": "2.7.0.Final", "connector": "mysql", "name": "mysql1", "ts_ms": 1767607200000 + offset,
+              "snapshot": "false", "db": "inventory", "table": "readings", "server_id": 1, "gtid": None,
+              "file": "mysql-bin.000001", "pos": 100 * (offset + 1), "row": 0, "thread": 7, "query": None}  # fmt: skip
     payload = {
         "before": None if before is None else {**row, "reading": before},
         "after": None if after is None else {**row, "reading": after},
