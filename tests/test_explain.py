@@ -240,6 +240,22 @@ def test_a_record_quarantined_with_its_decoded_key_is_in_the_story(spark, simula
         "bad_value: value does not match its declared type in column(s): qty (matched by its decoded key)" in rendered
     )
 
+    # Its quarantine folder deleted: not "quarantined nothing", since the run's summary counts two.
+    quarantine = simulated.tmp / "warehouse" / PIPELINE / "runs" / "night2" / "decoded" / "record_kind=quarantine"
+    with moved_aside(quarantine):
+        without = explain(simulated, table_id, {"order_id": str(key[0]), "line_no": key[1]}, spark=spark)
+    assert without.quarantined == []
+    assert (
+        Source(
+            kind="quarantine",
+            path=str(quarantine),
+            status="missing",
+            run_id="night2",
+            note="the run quarantined 2 record(s), but its quarantine folder is gone",
+        )
+        in without.sources
+    )
+
 
 def test_json_output_has_the_documented_fields(simulated, capsys):
     drift = simulated.history.drift_rows[0]

@@ -10,8 +10,9 @@
 - Its reconciliation: each run's diff rows of the key, and the run's epochs from its metrics.
 - Its state row (the state's partition of the table only) and its published row, as of the run the story ends with.
 
-A file set the story looks for and does not find is named in ``sources``: a missing changelog makes the story
-incomplete, and the story says so rather than tell a shorter one.
+A file set the story looks for and does not find is named in ``sources``. A run whose changelog is gone is decoded
+again from the archive files its manifest names (``from_archive``); where that cannot be done either, the story says
+it is incomplete rather than tell a shorter one.
 """
 
 from __future__ import annotations
@@ -112,13 +113,13 @@ def _not_reconciled(run: RunFiles) -> str | None:
     return f"reconciliation {reconciliation.verdict}" if reconciliation.verdict == VERDICT_SKIPPED else None
 
 
-def names_key(request: ExplainRequest, column: str = "key") -> Column:
+def names_key(request: ExplainRequest) -> Column:
     """Whether a row's key text is the request's key: the same text, or for the key columns matched by value
     (``ExplainRequest.typed_columns``) the same value of the column's type."""
     typed = request.typed_columns
     if not typed:
-        return F.col(column) == request.key_text
-    texts = F.from_json(F.col(column), "array<string>")
+        return F.col("key") == request.key_text
+    texts = F.from_json(F.col("key"), "array<string>")
     matches = F.size(texts) == len(request.key_columns)
     for place, name in enumerate(request.key_columns):
         given = request.key[name]
@@ -171,24 +172,25 @@ def _changelog_rows(spark: SparkSession, request: ExplainRequest, story: Explana
     frames = []
     if paths:
         frames.append(spark.read.parquet(*paths).where(of_key).select(*S.CHANGELOG_COLUMNS, _run_column()))
-    redecoded = _redecoded_runs(spark, request, story, frames, of_key)
+    redecoded = _redecode_missing_runs(spark, request, story, frames, of_key)
+    frames += [rows for _, rows in redecoded]
     rows: list[dict] = []
     if frames:
         frame = reduce(DataFrame.unionByName, frames)
         frame = frame.select("*", _utc_text("event_time").alias("event_time_text"))
         ordered = frame.orderBy(event_order(), "op", "topic", "run_id")
         rows = [row.asDict(recursive=True) for row in ordered.collect()]
-    for source in redecoded:
+    for source, _ in redecoded:
         source.rows = sum(row["run_id"] == source.run_id for row in rows)
     _count_per_run(story, "changelog", list(request.runs), path_of, rows)
     return rows
 
 
-def _redecoded_runs(
+def _redecode_missing_runs(
     spark: SparkSession, request: ExplainRequest, story: Explanation, frames: list[DataFrame], of_key: Column
-) -> list[Source]:
+) -> list[tuple[Source, DataFrame]]:
     """For each run whose changelog is missing, its rows of the key decoded again from the archive files it read
-    (``from_archive``), added to ``frames``; their sources turn from "missing" to "from_archive"."""
+    (``from_archive``); their sources turn from "missing" to "from_archive". ``frames``: the changelogs read."""
     missing = [s for s in story.sources if s.kind == "changelog" and s.status == "missing"]
     if not missing:
         return []
@@ -202,9 +204,8 @@ def _redecoded_runs(
         found = redecode_run(spark, request, by_id[source.run_id], topics, of_key)
         source.note = found.note
         if found.rows is not None:
-            frames.append(found.rows.select("*", F.lit(source.run_id).alias("run_id")))
             source.status = "from_archive"
-            redecoded.append(source)
+            redecoded.append((source, found.rows.select("*", F.lit(source.run_id).alias("run_id"))))
     return redecoded
 
 
@@ -304,13 +305,20 @@ def _quarantined(spark: SparkSession, request: ExplainRequest, story: Explanatio
             )
     for run in request.runs:
         path = path_of(run)
-        status = "read" if path in paths else "none"
+        status, note = ("read", "") if path in paths else _no_quarantine(run)
         count = sum(q.run_id == run.run_id for q in found)
-        note = "" if path in paths else "the run quarantined no record"
         story.sources.append(
             Source(kind="quarantine", path=path, status=status, run_id=run.run_id, rows=count, note=note)
         )
     return found
+
+
+def _no_quarantine(run: RunFiles) -> tuple[str, str]:
+    """A run without a quarantine folder: it quarantined nothing, or (its summary counts some) the folder is gone."""
+    counted = (run.summary.decoded or {}).get("quarantined") or 0
+    if counted:
+        return "missing", f"the run quarantined {counted} record(s), but its quarantine folder is gone"
+    return "none", "the run quarantined no record"
 
 
 def _matched_by(row: dict, request: ExplainRequest) -> str | None:
