@@ -41,14 +41,14 @@ class Redecoded:
     note: str
 
 
-def topics_of_table(spark: SparkSession, request: ExplainRequest, known: set[str]) -> tuple[str, ...]:
+def topics_of_table(spark: SparkSession, table_id: str, state_ref: dict | None, known: set[str]) -> tuple[str, ...]:
     """The topics the table's rows came from: ``known`` (the key's events read from other runs) and the topics of the
-    table's rows in the state the story ends with. Empty when neither names one: then every topic is decoded."""
+    table's rows in the state the story ends with (``state_ref``). Empty when neither names one: then every topic is
+    decoded."""
     topics = set(known)
-    ref = (request.runs[-1] if request.runs else request.run).summary.state
-    if ref:
-        state = read_state(spark, ref["path"], ref["version"], keep_partition=True)
-        topics |= {row.topic for row in table_state(state, request.table_id).select("topic").distinct().collect()}
+    if state_ref:
+        state = read_state(spark, state_ref["path"], state_ref["version"], keep_partition=True)
+        topics |= {row.topic for row in table_state(state, table_id).select("topic").distinct().collect()}
     return tuple(sorted(topics))
 
 

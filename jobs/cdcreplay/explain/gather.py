@@ -197,7 +197,7 @@ def _redecode_missing_runs(
     known = set()  # the topics of the key's events in the runs that kept their changelog
     if frames:
         known = {row.topic for row in frames[0].select("topic").distinct().collect()}
-    topics = topics_of_table(spark, request, known)
+    topics = topics_of_table(spark, request.table_id, _publisher(request).summary.state, known)
     by_id = {run.run_id: run for run in request.runs}
     redecoded = []
     for source in missing:
