@@ -624,3 +624,40 @@ def test_a_key_value_matched_by_value_is_checked_and_given_one_text(declared, gi
         assert str(refused.value) == canonical_or_message
     else:
         assert canonical_key_value("k", given, declared) == canonical_or_message
+
+
+def test_a_run_is_not_decoded_again_from_brokers_or_without_its_manifest(tmp_path):
+    """The two cases ``from_archive`` declines before any Spark work, each with the note the story shows."""
+    from types import SimpleNamespace
+
+    from cdcreplay.explain.from_archive import redecode_run
+
+    def request(layout: str):
+        return SimpleNamespace(pipeline=SimpleNamespace(archive=SimpleNamespace(layout=layout)))
+
+    def run(manifest_path):
+        return SimpleNamespace(summary=SimpleNamespace(manifest_path=manifest_path))
+
+    from_brokers = redecode_run(None, request("kafka"), run(None), (), None)
+    assert (from_brokers.rows, from_brokers.note) == (
+        None,
+        "the run read Kafka brokers, whose records are not read again",
+    )
+    no_manifest = redecode_run(None, request("parquet"), run(str(tmp_path / "manifest.json")), (), None)
+    assert (no_manifest.rows, no_manifest.note) == (
+        None,
+        "its manifest is gone too, so the records it read are unknown",
+    )
+
+
+def test_a_manifests_selection_is_read_back_and_narrowed_to_the_tables_topics():
+    from cdcreplay.archive import Selection, build_manifest
+    from cdcreplay.explain.from_archive import run_selection
+    from cdcreplay.run_spec import OffsetRange
+
+    ranges = (OffsetRange("a", 0, 5, 9),)
+    recorded = Selection(("a", "b"), datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 2, tzinfo=UTC), ranges)
+    selection = build_manifest([], [], [], recorded)["selection"]
+    assert run_selection(json.loads(json.dumps(selection)), ()) == recorded
+    assert run_selection(selection, ("b", "c")).topics == ("b",)  # a topic the run did not select stays out
+    assert run_selection({**selection, "topics": []}, ("c",)).topics == ("c",)  # the run read every topic
