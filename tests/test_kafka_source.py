@@ -122,6 +122,7 @@ def test_replaying_the_topics_publishes_what_replaying_the_archive_does(spark, r
         for name in ("from_kafka", "from_archive")
     }
     assert summaries["from_kafka"]["decoded"] == summaries["from_archive"]["decoded"]
+    assert not (runs / "from_kafka" / "runs" / "full" / "kafka_records").exists()  # the copy, gone once decoded
     assert summaries["from_kafka"]["decoded"]["source_records"] == len(replay.records)
     assert summaries["from_kafka"]["decoded"]["quarantined"] == 0
     assert set(summaries["from_kafka"]["tables"]) == set(replay.history.tables)
@@ -373,6 +374,41 @@ def test_offsets_retention_deleted_before_a_resumed_run_read_them_are_a_reported
         f"pipelines.p: partition {topic}/0 ends at offset 10, but it was read up to offset 50 before"
     )
     assert "a replay: --full-rebuild or --offsets" in str(raised.value)
+
+
+def test_a_runs_records_are_fetched_from_the_brokers_once_and_kept_until_decoded(spark, kafka, tmp_path):
+    """The read stage copies the selected records into the run's folder; every later pass reads the copy. Shown by
+    deleting the records on the broker after the read stage (as retention would): the copy still holds all of them,
+    where the brokers' own DataFrame fails (failOnDataLoss) rather than lose them."""
+    from confluent_kafka import Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from cdcreplay.storage import Location
+
+    topic = "staging.probe"
+    admin = AdminClient({"bootstrap.servers": kafka})
+    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": kafka})
+    for offset in range(12):
+        producer.produce(topic, value=b'{"n": %d}' % offset, key=str(offset).encode(), partition=offset % 2)
+    assert producer.flush(30) == 0
+    config = load_config(write_pipelines(tmp_path, f"{{layout: kafka, bootstrap_servers: [{kafka}]}}", f"[{topic}]"))
+    pipeline = config.project.pipeline("p")
+    spec = build_run_spec(config, run_id="probe")
+    staging = tmp_path / "runs" / "probe" / "kafka_records"
+
+    _, staged, manifest = pipeline_module.read_slice(spark, config, pipeline, spec, None, Location(str(staging)))
+    _, from_brokers, _ = pipeline_module.read_slice(spark, config, pipeline, spec)
+    assert manifest["records"] == 12
+    before = raw_rows(staged)
+    assert before == raw_rows(from_brokers)
+    assert any(staging.glob("*.parquet"))
+
+    for future in admin.delete_records([TopicPartition(topic, p, 6) for p in (0, 1)]).values():
+        future.result(30)
+    assert raw_rows(staged) == before  # the copy, not the brokers
+    with pytest.raises(Exception, match=r"OFFSET_OUT_OF_RANGE"):
+        from_brokers.count()
 
 
 # -- the archiver: cdcreplay archive copies the topics into archive.copy_to ------------------------------------------

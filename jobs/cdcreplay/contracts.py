@@ -29,6 +29,8 @@ RUN_FOLDER_NAME = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9_.\-]{{0,{RUN_ID_MAX - 1}}
 MANIFEST_FILE = "manifest.json"
 SUMMARY_FILE = "summary.json"
 DECODED_FOLDER = "decoded"
+# A run that reads Kafka brokers keeps its records here until they are decoded (kafka_source.stage_records).
+KAFKA_RECORDS_FOLDER = "kafka_records"
 
 
 def decoded_kind_folder(kind: str) -> str:

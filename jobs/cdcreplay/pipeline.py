@@ -17,6 +17,7 @@ from cdcreplay.accounting import AccountingError, check_accounting, decoded_coun
 from cdcreplay.config import ConfigError, LoadedConfig, PipelineConfig
 from cdcreplay.contracts import (
     DECODED_FOLDER,
+    KAFKA_RECORDS_FOLDER,
     MANIFEST_FILE,
     SUMMARY_FILE,
     TYPE_CONFLICTS_FOLDER,
@@ -104,12 +105,18 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
     clock = StageClock(pipeline.name, spark)
 
     # -- read: which files, which records, and a manifest of both ------------------------------------------------
-    files, selected, manifest = read_slice(spark, config, pipeline, spec, resume_point(pipeline, spec, current))
+    # Records read from brokers are kept in the run's folder until decoded (a dry run only counts them).
+    staging = run_dir / KAFKA_RECORDS_FOLDER if pipeline.archive.layout == "kafka" and not spec.dry_run else None
+    files, selected, manifest = read_slice(
+        spark, config, pipeline, spec, resume_point(pipeline, spec, current), staging
+    )
     warehouse.write_json_atomically(run_dir / MANIFEST_FILE, manifest)
     read_from = f"{len(files)} topics" if pipeline.archive.layout == "kafka" else f"{len(files)} files"
     clock.lap("read", manifest["records"], unit=f"records selected from {read_from}")
     if spec.dry_run or manifest["distinct_records"] == 0:
         # Nothing to decode (a dry run, or an interval with no records): the published state stays as it is.
+        if staging is not None:
+            staging.remove_tree()
         summary = _summary(pipeline, spec, paths, manifest, clock.timings, started, dry_run=spec.dry_run)
         summary.version = current["version"] if current else None
         warehouse.write_json_atomically(run_dir / SUMMARY_FILE, summary.to_json())
@@ -124,7 +131,11 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
     base_state = None
     if building_on is not None and not spec.full_rebuild:
         base_state = read_state(spark, paths.state_dir, building_on["state_version"])
-    kinds = decode(spark, pipeline, spec, selected, manifest, base_state, run_dir / DECODED_FOLDER)
+    try:
+        kinds = decode(spark, pipeline, spec, selected, manifest, base_state, run_dir / DECODED_FOLDER)
+    finally:
+        if staging is not None:
+            staging.remove_tree()  # decoded (or failed, and a retry fetches afresh): nothing reads the copy now
     clock.lap("decode", kinds["source_records"], manifest["distinct_records"], "records decoded")
 
     # Compaction and typing are Spark alone (no Python reads their rows), so they may use the vectorized Parquet
@@ -189,12 +200,18 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
 
 
 def read_slice(
-    spark: SparkSession, config: LoadedConfig, pipeline: PipelineConfig, spec: RunSpec, resume_from: dict | None = None
+    spark: SparkSession,
+    config: LoadedConfig,
+    pipeline: PipelineConfig,
+    spec: RunSpec,
+    resume_from: dict | None = None,
+    kafka_staging: Location | None = None,
 ) -> tuple[list[str], DataFrame, dict]:
     """The read stage: the archive's readable files, the records of the run's selection, and the manifest of both
     (files, per partition extents and duplicates, offset gaps, unreadable files left out). ``archive.layout: kafka``
     reads the pipeline's topics from the cluster instead (cdcreplay.kafka_source), with the same columns and manifest;
-    ``resume_from`` (``resume_point``) the offsets it goes on from.
+    ``resume_from`` (``resume_point``) the offsets it goes on from, and ``kafka_staging`` the folder its selected
+    records are kept in for the run's later passes (``kafka_source.stage_records``; None reads the brokers each time).
     """
     selection = selection_for(pipeline, spec, resuming=resume_from is not None)
     unreadable, source_facts = [], {}
@@ -212,6 +229,8 @@ def read_slice(
             topics_only = archive.select_records(raw, archive.Selection(topics=selection.topics))
             archive.check_offset_ranges(selection.offsets, archive.partition_extents(topics_only))
     selected = archive.select_records(raw, selection)
+    if kafka_staging is not None and pipeline.archive.layout == "kafka":
+        selected = kafka_source.stage_records(spark, selected, kafka_staging)
     extents = archive.partition_extents(selected)
     gaps = archive.offset_gaps(selected) if any(e["missing_offsets"] for e in extents) else []
     lost = source_facts.get("kafka", {}).get("lost_to_retention", [])  # logged by kafka_source
