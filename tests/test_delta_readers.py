@@ -1,16 +1,19 @@
 """The published tables and the state are Delta tables that any Delta reader reads: delta-rs (the `deltalake`
 package, no Spark) reads every published table exactly as Spark does, as of the published version, after a full
-rebuild and after a night merged onto it; each published version stays readable as one consistent set."""
+rebuild and after a night merged onto it (with the files it changed rewritten, or with deletion vectors: the
+pipeline's `deletion_vectors` option); each published version stays readable as one consistent set."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from archive_helpers import pipeline_config
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
+from cdcreplay import state_store, typed_tables
 from cdcreplay.entrypoints import EXIT_OK, replay_main
 from cdcreplay.state_store import read_state
 from cdcreplay.warehouse import PipelinePaths, published_rows, read_current, read_table
@@ -24,24 +27,43 @@ def read_by_delta_rs(spark, paths: PipelinePaths, table_id: str, like):
     return frame.select(*[F.col(name).cast(kind) for name, kind in like.dtypes])
 
 
-def test_delta_rs_reads_every_published_table_as_spark_does(spark, tmp_path):
+@pytest.mark.parametrize("deletion_vectors", [False, True], ids=["rewritten", "deletion-vectors"])
+def test_delta_rs_reads_every_published_table_as_spark_does(spark, tmp_path, monkeypatch, deletion_vectors):
+    # The night merges its changed keys into the typed tables whatever their size, as a large table's night does.
+    monkeypatch.setattr(typed_tables, "TYPED_MERGE_MIN_ROWS", 0)
+    monkeypatch.setattr(typed_tables, "TYPED_MERGE_MAX_SHARE", 100)
+    monkeypatch.setattr(state_store, "MAX_MERGE_SHARE", 100)
     history = build_sample_archive(tmp_path / "archive", "debezium-json", events=1500, seed=7, days=2)
-    config = pipeline_config(tmp_path, "sim", "debezium-json", tmp_path / "archive")
+    extra = "    deletion_vectors: true\n" if deletion_vectors else ""
+    config = pipeline_config(tmp_path, "sim", "debezium-json", tmp_path / "archive", extra=extra)
     paths = PipelinePaths(str(tmp_path / "warehouse"), "sim")
-    first_night_end = (history.start + timedelta(days=1)).isoformat()
+    # The night is the history's last six hours: it changes some keys of each table and leaves others as they are.
+    first_night_end = (history.start + timedelta(days=1, hours=18)).isoformat()
     assert replay_main(["--config", str(config), "--run-id", "n1", "--end", first_night_end]) == EXIT_OK
     first = read_current(paths)
     assert replay_main(["--config", str(config), "--run-id", "n2", "--start", first_night_end]) == EXIT_OK
     second = read_current(paths)
 
     assert sorted(second["tables"]) == sorted(history.tables)
+    vectors_written = rows_copied = 0
     for table_id in second["tables"]:
+        table = DeltaTable(str(paths.table_dir(table_id)))
+        night = table.history(1)[0]
+        assert night["operation"] == "MERGE", table_id
+        vectors_written += int(night["operationMetrics"]["numTargetDeletionVectorsAdded"])
+        rows_copied += int(night["operationMetrics"]["numTargetRowsCopied"])
+        # Without the option no table's protocol asks for deletion vectors: every Delta reader reads it as it is.
+        assert ("deletionVectors" in (table.protocol().reader_features or ())) == deletion_vectors, table_id
         by_spark = read_table(spark, str(tmp_path / "warehouse"), "sim", table_id)
         assert by_spark.count() == len(history.final_state(table_id))
         assertDataFrameEqual(read_by_delta_rs(spark, paths, table_id, by_spark), by_spark)
         # The newest commit is the published one: a reader who ignores the pointer sees the same rows.
         newest = spark.read.format("delta").load(str(paths.table_dir(table_id)))
         assertDataFrameEqual(newest, by_spark)
+
+    # With the option the night marked the rows it replaced instead of rewriting the files that held them (and so
+    # copying the rows it did not change).
+    assert (vectors_written > 0, rows_copied > 0) == (deletion_vectors, not deletion_vectors)
 
     # The first night's version is still one consistent set: its tables and its state, as of their versions.
     for info in first["tables"].values():

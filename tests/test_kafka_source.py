@@ -407,7 +407,7 @@ def test_a_runs_records_are_fetched_from_the_brokers_once_and_kept_until_decoded
     for future in admin.delete_records([TopicPartition(topic, p, 6) for p in (0, 1)]).values():
         future.result(30)
     assert raw_rows(staged) == before  # the copy, not the brokers
-    with pytest.raises(Exception, match=r"OFFSET_OUT_OF_RANGE"):
+    with pytest.raises(Exception, match="Some data may have been lost"):
         from_brokers.count()
 
 

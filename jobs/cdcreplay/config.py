@@ -206,6 +206,11 @@ class PipelineConfig(_Strict):
     options: dict[str, bool | str | int] = Field(
         default_factory=dict, description="Format options, e.g. canal-json `legacy_swapped: true`."
     )
+    deletion_vectors: bool = Field(
+        default=False,
+        description="Published tables a night merges into mark the rows it replaces in Delta deletion vectors instead "
+        "of rewriting their files (a large table's night merge about halves); readers must support deletion vectors.",
+    )
 
     @field_validator("name")
     @classmethod

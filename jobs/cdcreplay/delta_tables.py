@@ -19,8 +19,9 @@ from cdcreplay.storage import Location
 
 DELTA = "delta"
 # Deletion vectors: a MERGE that changes a few rows of a large file marks them deleted instead of rewriting the file.
-# On for the tables a run merges into (the state); the typed tables are written whole, and without them more
-# readers can read them (delta-rs's Arrow reader refuses a table whose protocol allows them).
+# Always on for the state; for the published tables a pipeline's `deletion_vectors` option decides
+# (use_deletion_vectors), as they cost readers: delta-rs's Arrow reader (`DeltaTable.to_pyarrow_table()`, `to_pandas()`)
+# refuses a table whose protocol allows them, with or without any in it.
 DELETION_VECTORS = "delta.enableDeletionVectors"
 # A vacuum lists every file of the table (seconds, even for a small one). Its retention is at least an hour (below),
 # so while the oldest kept version is younger than that it could only free files removed over an hour before it:
@@ -103,6 +104,17 @@ def merge_flagged(rows: DataFrame, path: str, on: tuple[str, ...], flag: str) ->
         .execute()
     )
     return latest_version(rows.sparkSession, path)
+
+
+def use_deletion_vectors(spark: SparkSession, path: str, enabled: bool) -> None:
+    """Make the table's next MERGEs mark replaced rows in deletion vectors (``enabled``) or rewrite their files, by
+    its ``delta.enableDeletionVectors`` property (a commit of its own when it changes). Turning them on upgrades the
+    table's protocol for good; turning them off again keeps that protocol, and the vectors already written stay until
+    their files are rewritten."""
+    quoted = "`" + path.replace("`", "``") + "`"
+    properties = spark.sql(f"DESCRIBE DETAIL delta.{quoted}").select("properties").first()[0] or {}
+    if (properties.get(DELETION_VECTORS) == "true") != enabled:
+        spark.sql(f"ALTER TABLE delta.{quoted} SET TBLPROPERTIES ('{DELETION_VECTORS}' = '{str(enabled).lower()}')")
 
 
 def _same_key(on: tuple[str, ...]) -> str:

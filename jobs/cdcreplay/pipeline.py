@@ -165,6 +165,7 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
             kinds["changes_by_table"],
             version,
             run_dir,
+            pipeline.deletion_vectors,
         )
         kept = f", {len(typed.unchanged)} unchanged tables kept" if typed.unchanged else ""
         clock.lap("type", len(typed.retyped), unit=f"tables typed{kept}")

@@ -3,7 +3,8 @@
 Per table, the cheapest write that publishes what a full rebuild would:
 - kept: a table the run did not change, typed as the published version has it, keeps its Delta version (no commit);
 - merged: a large table a night changed a small share of gets its changed keys' rows MERGEd (the state was merged
-  too, so its other rows are the published ones);
+  too, so its other rows are the published ones); with the pipeline's `deletion_vectors` on, the rows it replaces are
+  marked in deletion vectors, otherwise the files holding them are rewritten;
 - written whole: every other table, and a merged one whose row count shows two keys folded into one typed row;
 - emptied: a table whose every key is deleted keeps its columns and no rows.
 Live rows whose stored value no longer fits its column's type are held back (``type_conflicts/``) and stay in the
@@ -65,10 +66,13 @@ def type_tables(
     changes_by_table: dict[str, int],
     version: str,
     run_dir: Location,
+    deletion_vectors: bool = False,
 ) -> TypedTables:
     """Write every table of the state ``committed`` (read as ``partitioned_state``) that needs a commit; see the
     module's doc. ``published``: the pointer this run builds on (None on a full rebuild); ``changes``: this run's
-    changelog, ``changes_by_table`` its rows per table; ``version``: the version this run will publish."""
+    changelog, ``changes_by_table`` its rows per table; ``version``: the version this run will publish;
+    ``deletion_vectors``: the pipeline's option, whether a merge marks the rows it replaces instead of rewriting
+    their files."""
     state = partitioned_state.drop(STATE_PARTITION)
     # What the tables' columns and counts need of the whole state: updated from the merged rows where it can be
     # (see tables.changed_patterns), and kept with the state version for the next night.
@@ -86,6 +90,7 @@ def type_tables(
         if table_id in merged_tables:
             changed = typed_changes(rows.join(night_keys, ["table_id", "key"], "left_semi"), retyped[table_id])
             on = tuple(retyped[table_id].key_columns)
+            delta_tables.use_deletion_vectors(spark, path, deletion_vectors)
             versions[table_id] = delta_tables.merge_flagged(changed, path, on, PUBLISHED)
         else:
             versions[table_id] = delta_tables.write_whole(typed_table(rows, retyped[table_id]), path)

@@ -266,17 +266,22 @@ def read_table(spark, warehouse: str, pipeline: str, table_id: str):
 
 
 def published_rows(paths: PipelinePaths, table_id: str):
-    """The published table as a pyarrow Table, read without Spark (delta-rs), as of the published version. (The typed
-    tables have no deletion vectors, which delta-rs's Arrow reader would refuse: see ``delta_tables``.)"""
+    """The published table as a pyarrow Table, read without Spark (delta-rs), as of the published version. A table
+    whose protocol allows deletion vectors (the pipeline's `deletion_vectors` option) is read through delta-rs's
+    query engine, which applies them; its Arrow reader refuses such a table."""
     import pyarrow as pa
-    from deltalake import DeltaTable
+    from deltalake import DeltaTable, QueryBuilder
 
     from cdcreplay.storage import delta_rs_options
 
     path, version = published_table(paths, table_id)
     if version is None:  # every key deleted before the table was ever typed: no columns, no rows
         return pa.table({})
-    return DeltaTable(path, version=version, storage_options=delta_rs_options()).to_pyarrow_table()
+    table = DeltaTable(path, version=version, storage_options=delta_rs_options())
+    if "deletionVectors" in (table.protocol().reader_features or ()):
+        rows = pa.table(QueryBuilder().register("published", table).execute("SELECT * FROM published").read_all())
+        return rows.cast(pa.schema(table.schema().to_arrow()))  # the query engine's string views as plain strings
+    return table.to_pyarrow_table()
 
 
 class PipelineBusyError(RuntimeError):

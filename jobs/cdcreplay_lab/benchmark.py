@@ -1,7 +1,8 @@
 """Throughput of the real replay job on simulated archives: events/s per format and stage, against the reference.
 
 cdcreplay benchmark [--events 2000000] [--formats debezium-json,canal-json|all|none] [--master local[2]] [--reconcile]
-                   [--incremental [--nightly-events 200000] [--full-rebuild-from result.json | --state-keys 5000000]]
+                   [--incremental [--nightly-events 200000] [--full-rebuild-from result.json
+                                                             | --state-keys 5000000 [--deletion-vectors]]]
                    [--reconcile-rows 5000000] [--from-kafka] [--spark-stages]
 
 For each format: the simulator writes a Parquet archive of ``--events`` row events (kept under ``--work`` and reused
@@ -11,7 +12,8 @@ The reference is the hand-written Spark job of shared/environment.md (Debezium J
 196,000 events/s; DuckDB did the same at ~1,000,000 events/s. A JSON result file is written for comparisons.
 ``--reconcile-rows N`` also times the reconciliation of an N-row snapshot against an N-row state
 (``benchmark_reconcile``). ``--incremental --state-keys N`` measures a nightly run onto a state of N keys on an
-archive Spark writes instead of the simulator (``benchmark_keyed``). ``--from-kafka`` also replays each format's
+archive Spark writes instead of the simulator (``benchmark_keyed``), ``--deletion-vectors`` with the pipeline's
+`deletion_vectors` option on. ``--from-kafka`` also replays each format's
 archive from a local Kafka broker and reports it beside the archive's row (``benchmark_kafka``). ``--spark-stages``
 lists each run's slowest Spark stages from Spark's REST API (``benchmark_stages``) and keeps all of them in the result.
 
@@ -78,8 +80,9 @@ def _simulated_pipeline(fmt: str) -> str:
     return f"bench_{fmt.replace('-', '_')}"
 
 
-def keyed_source(spark, work: Path, keys: int, nightly: int) -> ArchiveSource:
-    """The ``--state-keys`` archive (``benchmark_keyed``): ``keys`` keys loaded, then ``nightly`` night records."""
+def keyed_source(spark, work: Path, keys: int, nightly: int, deletion_vectors: bool = False) -> ArchiveSource:
+    """The ``--state-keys`` archive (``benchmark_keyed``): ``keys`` keys loaded, then ``nightly`` night records; its
+    pipeline with the `deletion_vectors` option as given."""
 
     def write(folder: Path) -> str:
         benchmark_keyed.write_keyed_archive(spark, folder, keys, nightly)
@@ -92,7 +95,8 @@ def keyed_source(spark, work: Path, keys: int, nightly: int) -> ArchiveSource:
         "version": benchmark_keyed.ARCHIVE_VERSION,
     }
     folder = _written_once(work / "archives" / f"keyed-{KEYED_FORMAT}-{keys}-{nightly}", wanted, write)
-    return ArchiveSource(folder, benchmark_keyed.pipeline_settings(), KEYED_PIPELINE)
+    settings = {**benchmark_keyed.pipeline_settings(), **({"deletion_vectors": True} if deletion_vectors else {})}
+    return ArchiveSource(folder, settings, KEYED_PIPELINE)
 
 
 def _archive(work: Path, fmt: str, events: int) -> Path:
@@ -454,6 +458,12 @@ def main(argv: list[str] | None = None) -> int:
         f"keys, on a {KEYED_FORMAT} archive Spark writes (benchmark_keyed.py) instead of the simulator's",
     )
     parser.add_argument(
+        "--deletion-vectors",
+        action="store_true",
+        help="with --state-keys: the pipeline's `deletion_vectors` option on (its night merges the typed table with "
+        "deletion vectors instead of rewriting its files)",
+    )
+    parser.add_argument(
         "--reconcile-rows",
         type=int,
         default=0,
@@ -473,6 +483,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--result", type=Path, help="JSON result file (default <work>/result-<time>.json)")
     args = parser.parse_args(argv)
+    if args.deletion_vectors and args.state_keys is None:
+        parser.error("--deletion-vectors sets the option of the --state-keys pipeline: add --state-keys")
     if args.state_keys is not None:
         _keyed_defaults(parser, args)
     args.formats = "debezium-json,canal-json" if args.formats is None else args.formats
@@ -530,7 +542,7 @@ def main(argv: list[str] | None = None) -> int:
         source = None
         if args.state_keys:
             print(f"{KEYED_FORMAT}: a state of {args.state_keys:,} keys and {args.nightly_events:,} night records")
-            source = keyed_source(spark, args.work, args.state_keys, args.nightly_events)
+            source = keyed_source(spark, args.work, args.state_keys, args.nightly_events, args.deletion_vectors)
         for fmt in formats:
             print(f"{fmt}: {args.events:,} " + ("records" if source else "row events"), flush=True)
             if args.full_rebuild_from:
