@@ -13,7 +13,7 @@ from deltalake import DeltaTable
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
-from cdcreplay import state_store, typed_tables
+from cdcreplay import delta_tables, state_store, typed_tables
 from cdcreplay.entrypoints import EXIT_OK, replay_main
 from cdcreplay.state_store import read_state
 from cdcreplay.warehouse import PipelinePaths, published_rows, read_current, read_table
@@ -75,3 +75,24 @@ def test_delta_rs_reads_every_published_table_as_spark_does(spark, tmp_path, mon
     assert {r.table_id: r["count"] for r in live} == {
         t: info["rows"] + info["type_conflicts"] for t, info in first["tables"].items()
     }
+
+
+def test_a_tables_merges_follow_the_deletion_vectors_option_each_time(spark, tmp_path):
+    """On, a merge marks the rows it replaces; off again, the next merge rewrites the file that holds them (copying
+    its other rows), and the table's protocol keeps allowing deletion vectors, as the option's doc says."""
+    path = str(tmp_path / "t")
+    delta_tables.write_whole(spark.range(0, 1000).select("id", F.col("id").cast("string").alias("v")).coalesce(1), path)
+
+    def merge_night(ending: int, deletion_vectors: bool) -> tuple[int, int]:
+        night = spark.range(ending, 1000, 10).select("id", F.lit("night").alias("v"), F.lit(True).alias("_published"))
+        delta_tables.use_deletion_vectors(spark, path, deletion_vectors)
+        delta_tables.merge_flagged(night, path, ("id",), "_published")
+        metrics = DeltaTable(path).history(1)[0]["operationMetrics"]
+        return int(metrics["numTargetDeletionVectorsAdded"]), int(metrics["numTargetRowsCopied"])
+
+    assert merge_night(0, deletion_vectors=True) == (1, 0)
+    assert merge_night(5, deletion_vectors=False) == (0, 800)  # 1,000 rows, 100 replaced before, 100 now
+    assert "deletionVectors" in DeltaTable(path).protocol().reader_features
+    by_spark = spark.read.format("delta").load(path)
+    assert by_spark.where("v = 'night'").count() == 200
+    assert by_spark.count() == 1000

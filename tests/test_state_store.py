@@ -62,7 +62,12 @@ def test_merged_nights_read_as_the_whole_merge_of_their_history(spark, tmp_path,
     monkeypatch.setattr(state_store, "MAX_MERGE_SHARE", 100)  # day 3 changes more than half of these few keys
     path = tmp_path / "state"
     assert write_state(latest_rows(frame(spark, DAY_1)), path) == 0
-    assert night(spark, path, DAY_2) == state_store.StateCommit(1, merged=True, patterns=None)
+    committed = night(spark, path, DAY_2)
+    assert (committed.version, committed.merged, committed.patterns) == (1, True, None)
+    # The merged rows stay for the type stage: the new rows of exactly the keys the night changed.
+    night_keys = {(r.table_id, r.key) for r in frame(spark, DAY_2).collect()}
+    assert sorted((r.table_id, r.key) for r in committed.merged_rows.collect()) == sorted(night_keys)
+    committed.release_merged_rows()
     assert night(spark, path, DAY_3).version == 2
 
     expected = whole_state(latest_rows(frame(spark, DAY_1 + DAY_2 + DAY_3)))

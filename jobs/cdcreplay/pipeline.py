@@ -155,18 +155,20 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
 
         # -- type: the tables users read; a table this run did not change keeps its published version ------------
         version = warehouse.new_version(spec.run_id)
-        typed = type_tables(
-            spark,
-            paths,
-            current if base_state is not None else None,
-            committed,
-            read_state(spark, paths.state_dir, committed.version, keep_partition=True),
-            changes,
-            kinds["changes_by_table"],
-            version,
-            run_dir,
-            pipeline.deletion_vectors,
-        )
+        try:
+            typed = type_tables(
+                spark,
+                paths,
+                current if base_state is not None else None,
+                committed,
+                read_state(spark, paths.state_dir, committed.version, keep_partition=True),
+                kinds["changes_by_table"],
+                version,
+                run_dir,
+                pipeline.deletion_vectors,
+            )
+        finally:
+            committed.release_merged_rows()
         kept = f", {len(typed.unchanged)} unchanged tables kept" if typed.unchanged else ""
         clock.lap("type", len(typed.retyped), unit=f"tables typed{kept}")
 

@@ -51,6 +51,13 @@ class StateCommit:
     version: int  # the state table's version this run committed
     merged: bool  # the changed keys' rows were merged (False: the state was written whole)
     patterns: DataFrame | None  # the new state's patterns, from the previous ones and the merged rows; None: unknown
+    # A merge's rows, the new rows of the keys the run changed: kept (persisted) for the type stage, which merges the
+    # same keys into the typed tables; the caller unpersists them (release_merged_rows). None when written whole.
+    merged_rows: DataFrame | None = None
+
+    def release_merged_rows(self) -> None:
+        if self.merged_rows is not None:
+            self.merged_rows.unpersist()
 
 
 def with_partition(state: DataFrame) -> DataFrame:
@@ -120,7 +127,7 @@ def commit_state(
         and not truncated_tables(changes)
     ):
         with changed_rows(base_state, changes) as change:
-            rows = with_partition(change.rows).persist()  # merged, then its patterns taken
+            rows = with_partition(change.rows).persist()  # merged, its patterns taken, then typed (StateCommit)
             try:
                 version = delta_tables.merge_rows(rows, str(path), STATE_KEY)
                 patterns = None
@@ -128,9 +135,10 @@ def commit_state(
                     replaced = state_patterns(change.stored)  # while the stored rows are cached
                     changed = changed_patterns(base_patterns, replaced, state_patterns(rows))
                     patterns = local_patterns(changed) if changed is not None else None
-            finally:
+            except BaseException:
                 rows.unpersist()
-        return StateCommit(version, merged=True, patterns=patterns)
+                raise
+        return StateCommit(version, merged=True, patterns=patterns, merged_rows=rows)
     merged = merge_with_state(base_state, changes, change_count)
     version = write_state(purge_tombstones(merged, tombstone_retention_days), path)
     return StateCommit(version, merged=False, patterns=None)

@@ -17,10 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from cdcreplay import delta_tables, warehouse
-from cdcreplay.compaction import changed_keys
 from cdcreplay.contracts import TYPE_CONFLICTS_FOLDER
 from cdcreplay.state_store import STATE_PARTITION, StateCommit, save_patterns, table_state
 from cdcreplay.storage import Location
@@ -62,15 +60,14 @@ def type_tables(
     published: dict | None,
     committed: StateCommit,
     partitioned_state: DataFrame,
-    changes: DataFrame,
     changes_by_table: dict[str, int],
     version: str,
     run_dir: Location,
     deletion_vectors: bool = False,
 ) -> TypedTables:
     """Write every table of the state ``committed`` (read as ``partitioned_state``) that needs a commit; see the
-    module's doc. ``published``: the pointer this run builds on (None on a full rebuild); ``changes``: this run's
-    changelog, ``changes_by_table`` its rows per table; ``version``: the version this run will publish;
+    module's doc. ``published``: the pointer this run builds on (None on a full rebuild); ``changes_by_table``: this
+    run's changelog rows per table; ``version``: the version this run will publish;
     ``deletion_vectors``: the pipeline's option, whether a merge marks the rows it replaces instead of rewriting
     their files."""
     state = partitioned_state.drop(STATE_PARTITION)
@@ -82,13 +79,14 @@ def type_tables(
     retyped = {table_id: layout for table_id, layout in layouts.items() if table_id not in unchanged}
     versions = {table_id: info["delta_version"] for table_id, info in unchanged.items()}
     merged_tables = _typed_merges(published if committed.merged else None, retyped, counts, changes_by_table)
-    night_keys = F.broadcast(changed_keys(changes)) if merged_tables else None
 
     def write_typed(table_id: str) -> None:
         rows = table_state(partitioned_state, table_id)
         path = str(paths.table_dir(table_id))
         if table_id in merged_tables:
-            changed = typed_changes(rows.join(night_keys, ["table_id", "key"], "left_semi"), retyped[table_id])
+            # The state's merge wrote the new rows of exactly the keys the night changed: typed, they are this merge's
+            # rows, without reading the new state again to find them.
+            changed = typed_changes(table_state(committed.merged_rows, table_id), retyped[table_id])
             on = tuple(retyped[table_id].key_columns)
             delta_tables.use_deletion_vectors(spark, path, deletion_vectors)
             versions[table_id] = delta_tables.merge_flagged(changed, path, on, PUBLISHED)
