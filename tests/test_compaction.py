@@ -6,6 +6,10 @@ import re
 from datetime import datetime
 from decimal import Decimal
 
+from frame_helpers import assert_same_frames
+from pyspark.sql import functions as F
+from pyspark.testing import assertDataFrameEqual
+
 from cdcreplay.compaction import latest_rows, merge_with_state, purge_tombstones
 from cdcreplay.schema import CHANGELOG_DDL
 
@@ -40,8 +44,21 @@ def frame(spark, rows):
 
 
 def state_of(df) -> dict:
-    """{key: (deleted, after as dict)} for whole-result comparison."""
+    """{key: (deleted, after as dict)}, to look at one key."""
     return {r.key: (r.deleted, dict(r.after) if r.after is not None else None) for r in df.collect()}
+
+
+STATE_VIEW_DDL = "key string, deleted boolean, after map<string, string>"
+
+
+def state_view(df):
+    return df.select("key", "deleted", "after")
+
+
+def assert_state(df, expected: dict) -> None:
+    """The state's key, deleted and after columns are ``{key: (deleted, after)}``, row for row."""
+    rows = [(key, deleted, after) for key, (deleted, after) in expected.items()]
+    assertDataFrameEqual(state_view(df), df.sparkSession.createDataFrame(rows, STATE_VIEW_DDL))
 
 
 def test_source_position_wins_over_arrival_order(spark):
@@ -51,7 +68,7 @@ def test_source_position_wins_over_arrival_order(spark):
         change("update", 1, {"id": "1", "v": "old", "w": "x"}, position=(3,), partition=1, offset=9),
         change("update", 1, {"id": "1", "v": "b", "w": "x"}, position=(7,), offset=1),
     ]
-    assert state_of(latest_rows(frame(spark, rows))) == {'["1"]': (False, {"id": "1", "v": "b", "w": "x"})}
+    assert_state(latest_rows(frame(spark, rows)), {'["1"]': (False, {"id": "1", "v": "b", "w": "x"})})
 
 
 def test_equal_positions_fall_back_to_partition_offset_then_row_index(spark):
@@ -61,10 +78,13 @@ def test_equal_positions_fall_back_to_partition_offset_then_row_index(spark):
         change("update", 2, {"id": "2", "v": "p0", "w": None}, position=(1,), partition=0, offset=9),
         change("update", 2, {"id": "2", "v": "p1", "w": None}, position=(1,), partition=1, offset=0),
     ]
-    assert state_of(latest_rows(frame(spark, rows))) == {
-        '["1"]': (False, {"id": "1", "v": "second", "w": None}),
-        '["2"]': (False, {"id": "2", "v": "p1", "w": None}),
-    }
+    assert_state(
+        latest_rows(frame(spark, rows)),
+        {
+            '["1"]': (False, {"id": "1", "v": "second", "w": None}),
+            '["2"]': (False, {"id": "2", "v": "p1", "w": None}),
+        },
+    )
 
 
 def test_delete_leaves_a_tombstone_and_a_pk_change_moves_the_row(spark):
@@ -74,10 +94,13 @@ def test_delete_leaves_a_tombstone_and_a_pk_change_moves_the_row(spark):
         change("delete", 1, None, position=(2,), row_index=0),
         change("insert", 2, {"id": "2", "v": "a", "w": None}, position=(2,), row_index=1),
     ]
-    assert state_of(latest_rows(frame(spark, rows))) == {
-        '["1"]': (True, None),
-        '["2"]': (False, {"id": "2", "v": "a", "w": None}),
-    }
+    assert_state(
+        latest_rows(frame(spark, rows)),
+        {
+            '["1"]': (True, None),
+            '["2"]': (False, {"id": "2", "v": "a", "w": None}),
+        },
+    )
 
 
 def test_reinsert_after_delete_is_live_again(spark):
@@ -86,7 +109,7 @@ def test_reinsert_after_delete_is_live_again(spark):
         change("delete", 1, None, position=(2,)),
         change("insert", 1, {"id": "1", "v": "again", "w": None}, position=(3,)),
     ]
-    assert state_of(latest_rows(frame(spark, rows))) == {'["1"]': (False, {"id": "1", "v": "again", "w": None})}
+    assert_state(latest_rows(frame(spark, rows)), {'["1"]': (False, {"id": "1", "v": "again", "w": None})})
 
 
 def test_truncate_deletes_older_rows_only(spark):
@@ -97,13 +120,15 @@ def test_truncate_deletes_older_rows_only(spark):
         change("insert", 3, {"id": "3", "v": "c", "w": None}, position=(4,)),
         change("insert", 9, {"id": "9", "v": "other table", "w": None}, position=(1,), table="db.other"),
     ]
-    result = state_of(latest_rows(frame(spark, rows)))
-    assert result == {
-        '["1"]': (True, None),
-        '["2"]': (True, None),
-        '["3"]': (False, {"id": "3", "v": "c", "w": None}),
-        '["9"]': (False, {"id": "9", "v": "other table", "w": None}),
-    }
+    assert_state(
+        latest_rows(frame(spark, rows)),
+        {
+            '["1"]': (True, None),
+            '["2"]': (True, None),
+            '["3"]': (False, {"id": "3", "v": "c", "w": None}),
+            '["9"]': (False, {"id": "9", "v": "other table", "w": None}),
+        },
+    )
 
 
 def test_partial_images_keep_absent_columns_but_apply_present_nulls(spark):
@@ -115,10 +140,13 @@ def test_partial_images_keep_absent_columns_but_apply_present_nulls(spark):
         change("delete", 2, None, position=(2,)),
         change("insert", 2, {"id": "2", "v": "new"}, position=(3,)),  # after a delete nothing older carries over
     ]
-    assert state_of(latest_rows(frame(spark, rows))) == {
-        '["1"]': (False, {"id": "1", "v": "b", "w": None}),
-        '["2"]': (False, {"id": "2", "v": "new"}),
-    }
+    assert_state(
+        latest_rows(frame(spark, rows)),
+        {
+            '["1"]': (False, {"id": "1", "v": "b", "w": None}),
+            '["2"]': (False, {"id": "2", "v": "new"}),
+        },
+    )
 
 
 def test_merging_previous_state_equals_full_replay_and_is_idempotent(spark):
@@ -131,18 +159,13 @@ def test_merging_previous_state_equals_full_replay_and_is_idempotent(spark):
         change("update", 2, {"id": "2", "v": "late", "w": None}, position=(2, 5)),
         change("insert", 3, {"id": "3", "v": "d", "w": None}, position=(6,)),
     ]
-    full = state_of(latest_rows(frame(spark, history)))
+    full = latest_rows(frame(spark, history))
     day1 = latest_rows(frame(spark, history[:3]))
     day2 = merge_with_state(day1, frame(spark, history[3:]))
-    assert state_of(day2) == full
-    assert full['["2"]'] == (True, None)
+    assertDataFrameEqual(state_view(day2), state_view(full))
+    assert state_of(full)['["2"]'] == (True, None)
     again = merge_with_state(day2, frame(spark, history[3:]))  # a rerun of day 2 changes nothing
-    assert state_of(again) == full
-
-
-def whole_state(df) -> list[tuple]:
-    """Every column of every state row, sorted: the carried-over rows must equal the merged ones field for field."""
-    return sorted(tuple(str(value) for value in row) for row in df.select(*sorted(df.columns)).collect())
+    assertDataFrameEqual(state_view(again), state_view(full))
 
 
 def test_a_nightly_merge_carries_untouched_keys_over_and_equals_the_full_merge(spark):
@@ -163,27 +186,34 @@ def test_a_nightly_merge_carries_untouched_keys_over_and_equals_the_full_merge(s
         change("insert", 3, {"id": "3", "v": "u3", "w": None}, table="db.u", position=(10,)),
     ]
     state = latest_rows(frame(spark, day1))
-    full = whole_state(latest_rows(frame(spark, day1 + day2)))
+    full = latest_rows(frame(spark, day1 + day2))
     merged = merge_with_state(state, frame(spark, day2), change_count=len(day2))
 
-    assert whole_state(merged) == full == whole_state(merge_with_state(state, frame(spark, day2)))
-    assert state_of(merged.where("table_id = 'db.t'")) == {
-        '["1"]': (False, {"id": "1", "v": "a2", "w": "x"}),
-        '["2"]': (False, {"id": "2", "v": "b", "w": "y"}),
-        '["3"]': (True, None),
-        '["4"]': (False, {"id": "4", "v": "d", "w": None}),
-    }
-    assert state_of(merged.where("table_id = 'db.u'")) == {
-        '["1"]': (True, None),
-        '["2"]': (True, None),
-        '["3"]': (False, {"id": "3", "v": "u3", "w": None}),
-    }
+    assert_same_frames(merged, full)  # the carried-over rows equal the merged ones field for field
+    assert_same_frames(merge_with_state(state, frame(spark, day2)), full)
+    assert_state(
+        merged.where("table_id = 'db.t'"),
+        {
+            '["1"]': (False, {"id": "1", "v": "a2", "w": "x"}),
+            '["2"]': (False, {"id": "2", "v": "b", "w": "y"}),
+            '["3"]': (True, None),
+            '["4"]': (False, {"id": "4", "v": "d", "w": None}),
+        },
+    )
+    assert_state(
+        merged.where("table_id = 'db.u'"),
+        {
+            '["1"]': (True, None),
+            '["2"]': (True, None),
+            '["3"]': (False, {"id": "3", "v": "u3", "w": None}),
+        },
+    )
     plan = merged._jdf.queryExecution().executedPlan().toString()
     assert "BroadcastHashJoin" in plan and "LeftAnti" in plan, plan
     # Past the limit the whole state is merged with the changes (the set of changed keys is not broadcast).
     too_many = merge_with_state(state, frame(spark, day2), change_count=10**9)
     assert "LeftAnti" not in too_many._jdf.queryExecution().executedPlan().toString()
-    assert whole_state(too_many) == full
+    assert_same_frames(too_many, full)
 
 
 def test_tombstones_are_purged_only_past_their_retention(spark):
@@ -199,10 +229,13 @@ def test_tombstones_are_purged_only_past_their_retention(spark):
     ]
     state = latest_rows(frame(spark, history))
     assert purge_tombstones(state, None) is state  # the default keeps every tombstone
-    assert state_of(purge_tombstones(state, 5)) == {
-        '["2"]': (True, None),
-        '["3"]': (False, {"id": "3", "v": "c", "w": None}),
-    }
+    assert_state(
+        purge_tombstones(state, 5),
+        {
+            '["2"]': (True, None),
+            '["3"]': (False, {"id": "3", "v": "c", "w": None}),
+        },
+    )
     # Past the retention a late event older than the purged delete brings key 1 back: the documented trade-off.
     late = at(change("update", 1, {"id": "1", "v": "late", "w": None}, position=(1, 5)), 1)
     assert state_of(merge_with_state(purge_tombstones(state, 5), frame(spark, [late])))['["1"]'] == (
@@ -226,10 +259,12 @@ def test_one_tables_state_is_read_from_its_partition_alone(spark, tmp_path):
     partitioned = read_state(spark, tmp_path / "state", keep_partition=True)
     rows = table_state(partitioned, "db.u")
 
-    assert sorted((r.table_id, r.key, r.after["v"]) for r in rows.collect()) == [
-        ("db.u", '["1"]', "b"),
-        ("db.u", '["2"]', "c"),
-    ]
+    assertDataFrameEqual(
+        rows.select("table_id", "key", F.col("after")["v"].alias("v")),
+        spark.createDataFrame(
+            [("db.u", '["1"]', "b"), ("db.u", '["2"]', "c")], "table_id string, key string, v string"
+        ),
+    )
     assert rows.columns == read_state(spark, tmp_path / "state").columns  # no partition column left over
     scan = [line for line in rows._jdf.queryExecution().executedPlan().toString().splitlines() if "FileScan" in line]
     assert scan and re.search(

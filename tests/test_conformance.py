@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from archive_helpers import Record, records_from_lines, write_parquet
 from pyspark.sql import functions as F
+from pyspark.testing import assertDataFrameEqual
 
 from cdcreplay import archive
 from cdcreplay.compaction import latest_rows
@@ -193,11 +194,7 @@ def test_debezium_doc_control_messages(spark, tmp_path):
     decoded = decoder("debezium-json")(
         archive.read_archive(spark, [str(parquet)], "parquet"), pipeline("debezium-json")
     )
-    got = [
-        (r.offset, r.record_kind, r.control_kind, r.op, r.table_id)
-        for r in decoded.orderBy("offset").select("offset", "record_kind", "control_kind", "op", "table_id").collect()
-    ]
-    assert got == [
+    expected = [
         (0, "control", "transaction", None, None),
         (1, "control", "transaction", None, None),
         (2, "control", "schema_change", None, None),
@@ -205,6 +202,13 @@ def test_debezium_doc_control_messages(spark, tmp_path):
         (4, "changelog", None, "truncate", "postgres.public.customers"),
         (5, "control", "tombstone", None, None),
     ]
+    assertDataFrameEqual(
+        decoded.orderBy("offset").select("offset", "record_kind", "control_kind", "op", "table_id"),
+        spark.createDataFrame(
+            expected, "offset bigint, record_kind string, control_kind string, op string, table_id string"
+        ),
+        checkRowOrder=True,
+    )
 
 
 def test_dts_legacy_delete_without_key_column_is_quarantined(spark, tmp_path):

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 from archive_helpers import Record, write_parquet
+from frame_helpers import assert_live_state
 from pyspark.sql import functions as F
 
 from cdcreplay import archive
-from cdcreplay.compaction import latest_rows
 from cdcreplay.config import PipelineConfig
 from cdcreplay.formats import decoder
 from cdcreplay.value_types import typed_value
@@ -37,11 +37,6 @@ def decode(spark, tmp_path: Path, records: list[Record], cfg: PipelineConfig | N
     parquet = write_parquet(records, tmp_path / f"{name}.parquet")
     cfg = cfg or pipeline()
     return decoder(cfg.format)(archive.read_archive(spark, [str(parquet)], "parquet"), cfg)
-
-
-def state(decoded) -> dict[str, dict]:
-    changes = decoded.where(F.col("record_kind") == "changelog").drop("timestamp", "record_kind")
-    return {r.key: dict(r.after) for r in latest_rows(changes).where(~F.col("deleted")).collect()}
 
 
 def compact_json(path: Path) -> str:
@@ -125,7 +120,7 @@ def test_oracle_orders_by_commit_scn_then_scn(spark, tmp_path):
     )
     assert [[int(p) for p in r.position] for r in decoded.orderBy("partition").collect()] == [
         [60, 50], [250, 200], [300, 100]]  # fmt: skip
-    assert state(decoded) == {'["1"]': {"ID": "1", "V": "A"}}
+    assert_live_state(decoded, {'["1"]': {"ID": "1", "V": "A"}})
 
 
 def test_sql_server_key_change_is_delete_and_insert_at_one_lsn(spark, tmp_path):
@@ -144,7 +139,7 @@ def test_sql_server_key_change_is_delete_and_insert_at_one_lsn(spark, tmp_path):
         Record("s", 0, 2, event("c", {**src, **later}, after={"id": 1, "v": "again"}), key='{"id": 1}'),
     ]  # fmt: skip
     decoded = decode(spark, tmp_path, records)
-    assert state(decoded) == {'["1"]': {"id": "1", "v": "again"}, '["2"]': {"id": "2", "v": "x"}}
+    assert_live_state(decoded, {'["1"]': {"id": "1", "v": "again"}, '["2"]': {"id": "2", "v": "x"}})
     provenance = {(r.partition, r.offset): r.detail for r in decoded.collect()}
     assert provenance[(1, 0)] == '__debezium.oldkey={"id":1}'
     assert provenance[(0, 1)] == '__debezium.newkey={"id":2}'
@@ -164,7 +159,7 @@ def test_mysql_orders_by_binlog_file_then_position_then_row(spark, tmp_path):
     decoded = decode(
         spark, tmp_path, [Record(r.topic, r.partition, r.offset, r.value, key='{"id": 1}') for r in records]
     )
-    assert state(decoded) == {'["1"]': {"id": "1", "v": "newest file"}}
+    assert_live_state(decoded, {'["1"]': {"id": "1", "v": "newest file"}})
 
 
 def test_postgres_toast_placeholder_keeps_the_stored_value(spark, tmp_path):
@@ -191,7 +186,7 @@ def test_postgres_toast_placeholder_keeps_the_stored_value(spark, tmp_path):
     assert dict(second.after) == {"id": "1", "n": "2"}
     assert dict(second.column_types) == {"id": "int", "body": "string", "blob": "binary", "n": "int"}
     assert dict(decoded.where("offset = 2").first().column_types) == {"body": "string"}
-    assert state(decoded) == {'["1"]': {"id": "1", "body": big, "blob": blob, "n": "3"}}
+    assert_live_state(decoded, {'["1"]': {"id": "1", "body": big, "blob": blob, "n": "3"}})
 
 
 def test_truncate_deletes_every_older_key_of_its_table(spark, tmp_path):
@@ -202,7 +197,7 @@ def test_truncate_deletes_every_older_key_of_its_table(spark, tmp_path):
         Record("p", 2, 0, event("t", {**src, "lsn": 20})),
         Record("p", 0, 1, event("c", {**src, "lsn": 30}, after={"id": 3}), key='{"id": 3}'),
     ]
-    assert state(decode(spark, tmp_path, records)) == {'["3"]': {"id": "3"}}
+    assert_live_state(decode(spark, tmp_path, records), {'["3"]': {"id": "3"}})
 
 
 MONGO = {"connector": "mongodb", "db": "inventory", "collection": "customers", "rs": "rs0", "ts_ms": 1000}
@@ -266,9 +261,9 @@ def test_mongodb_documents_and_partial_updates(spark, tmp_path):
     assert (rows[3].record_kind, rows[3].reason) == ("quarantine", "nested_update")
     assert rows[3].detail.startswith("MongoDB update of nested field(s) address.city carries no full document")
     assert (rows[5].op, rows[5].key) == ("delete", '["2"]')
-    final = state(decoded)
-    assert set(final) == {'["1004"]'}
-    assert final['["1004"]'] == {**dict(rows[1].after), "name": "Anne Marie", "age": "32", "score": None, "visits": "8"}
+    assert_live_state(
+        decoded, {'["1004"]': {**dict(rows[1].after), "name": "Anne Marie", "age": "32", "score": None, "visits": "8"}}
+    )
 
 
 TIME_FIELDS = [

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 from archive_helpers import confluent
-from native_helpers import native_flags, records_frame, rows_by_coordinates, two_pass_write
+from frame_helpers import assert_same_frames
+from native_helpers import native_flags, records_frame, two_pass_write
 
 from cdcreplay import jars
 from cdcreplay.config import PipelineConfig
@@ -211,7 +212,7 @@ def test_two_pass_write_equals_decode(spark, tmp_path):
     pipeline = _pipeline(tmp_path / "_schemas")
     path = str(tmp_path / "decoded")
     written = two_pass_write(spark, debezium_avro, frame, pipeline, path)
-    assert rows_by_coordinates(written) == rows_by_coordinates(debezium_avro.decode(frame, pipeline))
+    assert_same_frames(written, debezium_avro.decode(frame, pipeline))
     assert spark.read.parquet(path).where("record_kind = 'quarantine'").count() == 1
 
 

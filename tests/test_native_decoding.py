@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 from archive_helpers import records_from_lines
-from native_helpers import native_flags, records_frame, rows_by_coordinates, two_pass_write
+from frame_helpers import assert_same_frames
+from native_helpers import native_flags, records_frame, two_pass_write
 from pyspark.sql import functions as F
 
 from cdcreplay.config import PipelineConfig
@@ -241,7 +242,7 @@ def test_two_pass_write_equals_decode(spark, tmp_path):
     pipeline = _pipeline()
     path = str(tmp_path / "decoded")
     written = two_pass_write(spark, debezium_json, frame, pipeline, path)
-    assert rows_by_coordinates(written) == rows_by_coordinates(debezium_json.decode(frame, pipeline))
+    assert_same_frames(written, debezium_json.decode(frame, pipeline))
 
 
 READER_CASES = [  # (options.reader, the run's records (or where they stand to the format's threshold), decoded natively)

@@ -6,6 +6,7 @@ import json
 from functools import reduce
 
 import pytest
+from pyspark.testing import assertDataFrameEqual
 
 from cdcreplay import quality
 from cdcreplay.reconcile import DIFF_DDL
@@ -110,7 +111,8 @@ def test_a_suite_validates_only_the_columns_it_reads(spark):
     pair = {"type": "expect_column_pair_values_to_be_equal", "kwargs": {"column_A": "a.b", "column_B": "c`d"}}
     assert quality.columns_read([pair]) == ["a.b", "c`d"]
     hostile = spark.createDataFrame([(1, 2, 3)], "`a.b` int, `c``d` int, e int")
-    assert quality._narrowed(hostile, [pair]).collect() == [(1, 2)]  # names with dots and backticks kept whole
+    narrowed = quality._narrowed(hostile, [pair])  # names with dots and backticks kept whole
+    assertDataFrameEqual(narrowed, spark.createDataFrame([(1, 2)], "`a.b` int, `c``d` int"))
 
     # Whatever may read other columns keeps the whole frame: table-level expectations, row conditions, and
     # expectations that name no column (or a column the frame lacks: GX reports that in its own words).
@@ -140,7 +142,7 @@ def test_a_suite_with_a_uniqueness_check_caches_its_frame_clustered_by_the_key(s
     df = diff_frame(spark, [(f'["{n % 10}"]', "match") for n in range(12)])  # keys 0 and 1 twice
     narrowed = quality._narrowed(df, diff_suite)
     clustered = quality._clustered_for_uniqueness(narrowed, diff_suite)
-    assert sorted(clustered.collect()) == sorted(narrowed.collect())  # the same rows
+    assertDataFrameEqual(clustered, narrowed)  # the same columns and rows
 
     # GX's Spark query for compound uniqueness, as it writes it: the rows not all NULL in the columns (its default
     # ignore_row_if), a count over a window partitioned by a struct of the columns.
@@ -178,7 +180,7 @@ def test_a_suite_with_a_uniqueness_check_caches_its_frame_clustered_by_the_key(s
     # One key column: GX windows by the column itself. Names with dots and backticks are taken whole.
     single = [{"type": "expect_column_values_to_be_unique", "kwargs": {"column": "a.b"}}]
     hostile = spark.createDataFrame([(1, 2), (1, 3), (2, 4)], "`a.b` int, `c``d` int")
-    assert sorted(quality._clustered_for_uniqueness(hostile, single).collect()) == [(1, 2), (1, 3), (2, 4)]
+    assertDataFrameEqual(quality._clustered_for_uniqueness(hostile, single), hostile)
     # No uniqueness check, or one on a column the frame lacks: the frame as it is.
     absent = [{"type": "expect_column_values_to_be_unique", "kwargs": {"column": "absent"}}]
     for suite in (absent, diff_suite[:1]):

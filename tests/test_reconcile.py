@@ -10,10 +10,11 @@ import json
 from decimal import Decimal
 
 import pytest
+from pyspark.testing import assertDataFrameEqual
 
 from cdcreplay import schema
 from cdcreplay.contracts import RECONCILE_STORIES
-from cdcreplay.reconcile import DIFF_COLUMNS, reconcile, run_reconciliation
+from cdcreplay.reconcile import DIFF_COLUMNS, DIFF_DDL, reconcile, run_reconciliation
 from cdcreplay.spark import VECTORIZED_READER
 from cdcreplay.state_store import state_ref, write_state
 
@@ -82,13 +83,9 @@ def expected(key, status, *, epoch=2, table=ORDERS, diffs=(), snap=None, inc=Non
     }
 
 
-def ordered(rows):
-    return sorted(rows, key=lambda r: (r["epoch_no"], r["key"]))
-
-
-def rows_of(diff, table):
-    """The whole diff of one table, every column, as sorted dicts."""
-    return ordered(r.asDict(recursive=True) for r in diff.where(diff.table_id == table).collect())
+def assert_diff(diff, table, rows):
+    """The whole diff of one table, every column, is ``rows`` (``expected`` dicts) in any order."""
+    assertDataFrameEqual(diff.where(diff.table_id == table), diff.sparkSession.createDataFrame(rows, DIFF_DDL))
 
 
 def by_epoch(metrics, table):
@@ -189,7 +186,9 @@ def test_diff_columns_follow_the_contract(result):
 
 def test_every_status_of_a_resync(result):
     mismatch, missing_inc, missing_snap = "mismatch", "missing_in_incremental", "missing_in_snapshot"
-    assert rows_of(result.diff, ORDERS) == ordered(
+    assert_diff(
+        result.diff,
+        ORDERS,
         [
             expected(1, "match", snap=20, inc=("update", 10)),
             expected(2, mismatch, diffs=[("amount", "22.00", "21.00")], snap=21, inc=("update", 11)),
@@ -202,7 +201,7 @@ def test_every_status_of_a_resync(result):
             expected(10, "match", snap=28, inc=("insert", 17)),
             expected(11, mismatch, diffs=[("name", None, "x")], snap=29, inc=("insert", 18)),
             expected(12, "match", snap=30, inc=("insert", 19)),
-        ]
+        ],
     )
 
 
@@ -230,18 +229,22 @@ def test_baseline_skipped_and_metrics_counted(result):
 
 
 def test_truncate_and_shared_snapshot_position(result):
-    assert rows_of(result.diff, ITEMS) == ordered(
+    assert_diff(
+        result.diff,
+        ITEMS,
         [
             expected(1, "missing_in_incremental", table=ITEMS, snap=(5, "[104]"), inc=("truncate", 3, "[102]")),
             expected(4, "match", table=ITEMS, snap=(6, "[104]"), inc=("insert", 4, "[103]")),
-        ]
+        ],
     )
     assert by_epoch(result.metrics, ITEMS)[1]["kind"] == "baseline"
 
 
 def test_earlier_epochs_snapshot_rows_are_state(result):
     missing_snap = "missing_in_snapshot"
-    assert rows_of(result.diff, EPOCHS) == ordered(
+    assert_diff(
+        result.diff,
+        EPOCHS,
         [
             expected(1, "match", table=EPOCHS, snap=4, inc=("snapshot", 1)),
             expected(2, "match", table=EPOCHS, snap=5, inc=("snapshot", 2)),
@@ -251,7 +254,7 @@ def test_earlier_epochs_snapshot_rows_are_state(result):
             expected(2, "match", epoch=3, table=EPOCHS, snap=7, inc=("snapshot", 5)),
             expected(3, missing_snap, epoch=3, table=EPOCHS, inc=("snapshot", 3)),
             expected(4, missing_snap, epoch=3, table=EPOCHS, inc=("snapshot", 6)),
-        ]
+        ],
     )
     assert [
         (m["epoch_no"], m["kind"], m["snapshot_rows"])
@@ -261,12 +264,14 @@ def test_earlier_epochs_snapshot_rows_are_state(result):
 
 
 def test_resync_where_everything_matches(result):
-    assert rows_of(result.diff, CALM) == ordered(
+    assert_diff(
+        result.diff,
+        CALM,
         [
             expected(1, "match", table=CALM, snap=5, inc=("update", 4)),
             expected(2, "match", table=CALM, snap=6, inc=("snapshot", 2)),
             expected(3, "match", table=CALM, snap=7, inc=("insert", 3)),
-        ]
+        ],
     )
     resync = by_epoch(result.metrics, CALM)[2]
     assert (resync["verdict"], resync["match"], resync["incremental_rows"]) == ("pass", 3, 3)
@@ -341,12 +346,14 @@ def test_run_reconciliation_with_base_state(spark, tmp_path):
     ] == [(1, "reconciled", 1, 1, 1)]
     assert any(f.startswith("expect_column_values_to_be_in_set(column=status)") for f in summary.failed_expectations)
     diff = spark.read.parquet(str(out / "diff"))
-    assert rows_of(diff, ORDERS) == ordered(
+    assert_diff(
+        diff,
+        ORDERS,
         [
             expected(1, "match", epoch=1, snap=20, inc=("update", 10)),
             expected(2, "mismatch", epoch=1, diffs=[("amount", "2.50", "2.00")], snap=21, inc=("insert", 2)),
             expected(3, "missing_in_incremental", epoch=1, snap=22, inc=("delete", 3)),
-        ]
+        ],
     )
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["verdict"] == "fail" and metrics["suite"]["success"] is False
@@ -407,10 +414,8 @@ def test_the_one_pass_plan_gives_what_the_per_epoch_plan_gives(spark, rows, one_
     try:
         assert fast.one_pass_tables == one_pass_tables
         assert general.one_pass_tables == []
-        every_row = [*DIFF_COLUMNS[:3], "status"]
-        fast_rows = [r.asDict(recursive=True) for r in fast.diff.orderBy(*every_row).collect()]
-        assert fast_rows == [r.asDict(recursive=True) for r in general.diff.orderBy(*every_row).collect()]
-        assert {r["table_id"] for r in fast_rows} >= set(one_pass_tables)
+        assertDataFrameEqual(fast.diff, general.diff)
+        assert {r.table_id for r in fast.diff.select("table_id").distinct().collect()} >= set(one_pass_tables)
         assert fast.metrics == general.metrics
     finally:
         fast.release()
@@ -482,13 +487,12 @@ def test_a_base_state_is_read_by_the_diff_alone_its_facts_stand_in_for_it(spark,
     assert all((plan.joined_tables, plan.one_pass_tables) == ([CALM, ITEMS, ORDERS], []) for plan in plans)
     as_one_changelog = plan_reconciliation(read_history(spark, refs["plain"]).events.unionByName(run))
     assert (as_one_changelog.joined_tables, as_one_changelog.one_pass_tables) == ([], [CALM, ITEMS, ORDERS])
-    outcomes = []
-    for plan in (*plans, as_one_changelog):
-        rows = sorted((r.asDict(recursive=True) for r in plan.diff.collect()), key=lambda r: (r["table_id"], r["key"]))
-        outcomes.append((rows, plan.metrics(plan.diff)))
-    assert all(outcome == outcomes[0] for outcome in outcomes[1:])
+    first, *others = (*plans, as_one_changelog)
+    metrics = first.metrics(first.diff)
+    for plan in others:
+        assertDataFrameEqual(plan.diff, first.diff)
+        assert plan.metrics(plan.diff) == metrics
 
-    rows, metrics = outcomes[0]
     assert [(m["table_id"], m["kind"], m["verdict"]) for m in metrics] == [
         (CALM, "reconciled", "fail"),
         (EPOCHS, "baseline", "baseline"),
@@ -496,12 +500,20 @@ def test_a_base_state_is_read_by_the_diff_alone_its_facts_stand_in_for_it(spark,
         (ITEMS, "reconciled", "fail"),
         (ORDERS, "reconciled", "fail"),
     ]
-    assert [(r["table_id"], r["key"], r["status"], r["differing_columns"]) for r in rows] == [
-        (CALM, '["1"]', "missing_in_incremental", []),
-        (GREEDY, '["1"]', "match", []),  # `name` was not carried by the partial image: not compared
-        (ITEMS, '["1"]', "match", []),
-        (ITEMS, '["2"]', "missing_in_incremental", []),
-        (ORDERS, '["1"]', "match", []),
-        (ORDERS, '["2"]', "mismatch", [{"column": "amount", "snapshot_value": "3.10", "incremental_value": "3.00"}]),
-        (ORDERS, '["3"]', "in_flight", []),
-    ]
+    amount = {"column": "amount", "snapshot_value": "3.10", "incremental_value": "3.00"}
+    assertDataFrameEqual(
+        first.diff.select("table_id", "key", "status", "differing_columns"),
+        spark.createDataFrame(
+            [
+                (CALM, '["1"]', "missing_in_incremental", []),
+                (GREEDY, '["1"]', "match", []),  # `name` was not carried by the partial image: not compared
+                (ITEMS, '["1"]', "match", []),
+                (ITEMS, '["2"]', "missing_in_incremental", []),
+                (ORDERS, '["1"]', "match", []),
+                (ORDERS, '["2"]', "mismatch", [amount]),
+                (ORDERS, '["3"]', "in_flight", []),
+            ],
+            "table_id string, key string, status string, "
+            "differing_columns array<struct<column: string, snapshot_value: string, incremental_value: string>>",
+        ),
+    )

@@ -12,7 +12,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from archive_helpers import Record, pipeline_config, write_parquet
-from test_compaction import change, frame, whole_state
+from frame_helpers import assert_same_frames
+from pyspark.sql import functions as F
+from pyspark.testing import assertDataFrameEqual
+from test_compaction import change, frame
 
 from cdcreplay import delta_tables, state_store, typed_tables
 from cdcreplay.compaction import CARRY_OVER_MAX_CHANGES, changed_rows, latest_rows
@@ -70,12 +73,12 @@ def test_merged_nights_read_as_the_whole_merge_of_their_history(spark, tmp_path,
     committed.release_merged_rows()
     assert night(spark, path, DAY_3).version == 2
 
-    expected = whole_state(latest_rows(frame(spark, DAY_1 + DAY_2 + DAY_3)))
-    assert whole_state(read_state(spark, path)) == expected
-    assert whole_state(read_state(spark, path, 2)) == expected
+    expected = latest_rows(frame(spark, DAY_1 + DAY_2 + DAY_3))
+    assert_same_frames(read_state(spark, path), expected)
+    assert_same_frames(read_state(spark, path, 2), expected)
     # The earlier versions still read as of their own nights.
-    assert whole_state(read_state(spark, path, 1)) == whole_state(latest_rows(frame(spark, DAY_1 + DAY_2)))
-    assert whole_state(read_state(spark, path, 0)) == whole_state(latest_rows(frame(spark, DAY_1)))
+    assert_same_frames(read_state(spark, path, 1), latest_rows(frame(spark, DAY_1 + DAY_2)))
+    assert_same_frames(read_state(spark, path, 0), latest_rows(frame(spark, DAY_1)))
     assert read_state(spark, path).columns == read_state(spark, path, 0).columns
     # Merged, not rewritten: the replaced rows are marked in deletion vectors beside the files they are in.
     operations = [r.operation for r in spark.sql(f"DESCRIBE HISTORY delta.`{path}`").orderBy("version").collect()]
@@ -88,7 +91,10 @@ def test_one_tables_rows_are_read_from_its_partition_of_the_state(spark, tmp_pat
     rows = table_state(read_state(spark, tmp_path / "state", keep_partition=True), "db.u")
 
     plan = rows._jdf.queryExecution().executedPlan().toString()  # before running: the plan as planned, once
-    assert sorted((r.key, r.after["v"]) for r in rows.collect()) == [('["1"]', "u1"), ('["2"]', "u2'")]
+    assertDataFrameEqual(
+        rows.select("key", F.col("after")["v"].alias("v")),
+        spark.createDataFrame([('["1"]', "u1"), ('["2"]', "u2'")], "key string, v string"),
+    )
     scans = [line for line in plan.splitlines() if "FileScan" in line or "Scan parquet" in line]
     assert scans and all(re.search(r"PartitionFilters: \[[^\]]*\(table_hash#\d+L? = -?\d+\)", s) for s in scans), plan
 
@@ -98,7 +104,7 @@ def test_a_run_without_row_changes_leaves_the_state_as_it_was(spark, tmp_path):
     committed = night(spark, tmp_path / "state", [])
 
     assert committed.merged
-    assert whole_state(read_state(spark, tmp_path / "state")) == whole_state(read_state(spark, tmp_path / "state", 0))
+    assert_same_frames(read_state(spark, tmp_path / "state"), read_state(spark, tmp_path / "state", 0))
 
 
 def test_a_merge_fits_while_the_changes_stay_small_and_broadcastable():
@@ -167,10 +173,15 @@ def replay_nights(tmp_path, folder: str, nights, extra: str = "", keep_versions:
     return summaries
 
 
-def published(spark, root) -> dict[str, list[dict]]:
-    warehouse = str(root / "warehouse")
+def assert_same_published_tables(spark, root, expected_root) -> None:
+    """The two warehouses publish the same tables, each with the same schema and rows."""
+    warehouse, expected_warehouse = str(root / "warehouse"), str(expected_root / "warehouse")
     tables = read_current(PipelinePaths(warehouse, "p"))["tables"]
-    return {t: sorted((r.asDict() for r in read_table(spark, warehouse, "p", t).collect()), key=str) for t in tables}
+    assert sorted(tables) == sorted(read_current(PipelinePaths(expected_warehouse, "p"))["tables"])
+    for table in tables:
+        assertDataFrameEqual(
+            read_table(spark, warehouse, "p", table), read_table(spark, expected_warehouse, "p", table)
+        )
 
 
 def test_nights_merge_until_a_limit_and_publish_what_a_full_rebuild_does(spark, tmp_path, caplog, monkeypatch):
@@ -198,8 +209,8 @@ def test_nights_merge_until_a_limit_and_publish_what_a_full_rebuild_does(spark, 
         history = [record for n in range(1, night + 1) for record in NIGHTS[n]]
         rebuilt = replay_nights(tmp_path, f"rebuilt-{night}", [(1, history)])[0]
         nightly = summaries[night - 1]["state"]
-        assert whole_state(read_state_ref(spark, nightly)) == whole_state(read_state_ref(spark, rebuilt["state"]))
-    assert published(spark, tmp_path / "nightly") == published(spark, tmp_path / "rebuilt-6")
+        assert_same_frames(read_state_ref(spark, nightly), read_state_ref(spark, rebuilt["state"]))
+    assert_same_published_tables(spark, tmp_path / "nightly", tmp_path / "rebuilt-6")
     # Table a is merged on the nights the state is (its keys' rows replaced, added and deleted): nights 2, 3 and 5;
     # night 4 truncates b alone (a gets no commit), night 6 writes the state and a whole.
     operations = [
@@ -232,7 +243,9 @@ def test_a_merge_that_would_fold_two_keys_into_one_typed_row_is_written_whole_an
     history = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").orderBy("version").collect()
     assert [r.operation for r in history] == ["WRITE", "MERGE", "WRITE", "RESTORE"]  # merged, rewritten, rolled back
     newest = spark.read.format("delta").load(table)
-    assert sorted((r.id, r.v) for r in newest.collect()) == [(k, f"a{k}") for k in range(1, 11)]
+    assertDataFrameEqual(
+        newest.select("id", "v"), spark.createDataFrame([(k, f"a{k}") for k in range(1, 11)], "id int, v string")
+    )
 
 
 def test_a_pipeline_that_purges_tombstones_writes_its_state_whole(spark, tmp_path):
