@@ -213,8 +213,9 @@ def read_slice(
     """The read stage: the archive's readable files, the records of the run's selection, and the manifest of both
     (files, per partition extents and duplicates, offset gaps, unreadable files left out). ``archive.layout: kafka``
     reads the pipeline's topics from the cluster instead (cdcreplay.kafka_source), with the same columns and manifest;
-    ``resume_from`` (``resume_point``) the offsets it goes on from, and ``kafka_staging`` the folder its selected
-    records are kept in for the run's later passes (``kafka_source.stage_records``; None reads the brokers each time).
+    ``resume_from`` (``resume_point``) the offsets it goes on from, and ``kafka_staging`` (given for a Kafka pipeline
+    only) the folder its selected records are kept in for the run's later passes (``kafka_source.stage_records``;
+    None reads the brokers on each pass).
     """
     selection = selection_for(pipeline, spec, resuming=resume_from is not None)
     unreadable, source_facts = [], {}
@@ -232,7 +233,7 @@ def read_slice(
             topics_only = archive.select_records(raw, archive.Selection(topics=selection.topics))
             archive.check_offset_ranges(selection.offsets, archive.partition_extents(topics_only))
     selected = archive.select_records(raw, selection)
-    if kafka_staging is not None and pipeline.archive.layout == "kafka":
+    if kafka_staging is not None:
         selected = kafka_source.stage_records(spark, selected, kafka_staging)
     extents = archive.partition_extents(selected)
     gaps = archive.offset_gaps(selected) if any(e["missing_offsets"] for e in extents) else []
