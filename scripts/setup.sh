@@ -38,6 +38,9 @@ echo "setup: installing pinned dependencies into .venv (about a minute) ..."
   || .venv/bin/python -m pip install --quiet --disable-pip-version-check uv
 # uv resolves the pinned set in one go; pyspark and pyspark-client install the same files, so they stay equal.
 .venv/bin/uv pip install --quiet --python .venv/bin/python -r requirements-dev.txt -e .
+# uv builds pyspark's source distribution again for every new .venv and keeps each build (1.4 GB) in its cache: 32
+# fresh clones filled the CI machine's disk. A prune keeps the newest build and drops the ones nothing uses.
+.venv/bin/uv cache prune --quiet || true
 # Write the .pyc files now: where PYTHONDONTWRITEBYTECODE is set (the CI machines here), Python would otherwise compile
 # Airflow, GX and their dependencies from source in every process (importing GX: 15 s -> 8 s).
 .venv/bin/python -m compileall -qq -j 0 "$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")" >/dev/null || true

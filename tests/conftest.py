@@ -57,6 +57,14 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: SLOWEST_TIER_FIRST.index(tier_of(item)))  # stable: file order within a tier
 
 
+@pytest.fixture(scope="session", autouse=True)
+def spark_scratch_in_pytest_temp(tmp_path_factory):
+    """Every JVM of the run (this session's, spark-submit's, Airflow's tasks') keeps its scratch files (the jars it
+    copies, shuffle blocks) under pytest's temporary folder, which pytest rotates. Under /tmp, the JVMs the crash tests
+    kill left 31 MB each behind them, run after run."""
+    os.environ["SPARK_LOCAL_DIRS"] = str(tmp_path_factory.mktemp("spark-local"))
+
+
 @pytest.fixture(scope="session")
 def spark():
     from cdcreplay.spark import build_session

@@ -19,9 +19,11 @@ Properties, checked per record against an oracle computed here (independent of t
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import json
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -138,7 +140,9 @@ def _load_case(case: str, folder: Path) -> FormatCase:
 
 
 _CASES: dict[str, FormatCase] = {}
+# Made at import (the parameters below decode seeds at collection), so removed at exit rather than by a fixture.
 _WORK = Path(tempfile.mkdtemp(prefix="cdcreplay-fuzz-"))
+atexit.register(shutil.rmtree, _WORK, ignore_errors=True)
 
 
 def case_of(fmt: str) -> FormatCase:
