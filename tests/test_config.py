@@ -81,6 +81,10 @@ def test_valid_config_resolves_paths_against_its_folder(tmp_path):
             VALID.replace("    topics:", "    deletion_vectors: sometimes\n    topics:"),
             r"pipelines.0.deletion_vectors: Input should be a valid boolean",
         ),
+        (
+            "keep_decoded_runs: 0\n" + VALID,
+            r"keep_decoded_runs: Input should be greater than or equal to 1",
+        ),
         (VALID + VALID.split("pipelines:\n")[1], r"pipeline name 'shop' is declared twice"),
         ("warehouse: [unclosed", r"not valid YAML"),
         ("- just a list", r"expected a mapping with `warehouse` and `pipelines`"),

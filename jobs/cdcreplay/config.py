@@ -266,6 +266,13 @@ class PipelineConfig(_Strict):
 class ProjectConfig(_Strict):
     warehouse: str = Field(description="Folder where latest-state tables, run reports and quarantine are written.")
     keep_versions: int = Field(default=3, ge=1, description="Published versions kept per pipeline (older are removed).")
+    keep_decoded_runs: int | None = Field(
+        default=None,
+        ge=1,
+        description="Runs per pipeline whose decoded changelog is kept (the newest; unset: every run's). A run "
+        "removes the changelog of older runs when it publishes; their summaries, quarantine and reports stay, and "
+        "`cdcreplay explain` decodes their records again from the archive.",
+    )
     pipelines: list[PipelineConfig]
 
     _warehouse = field_validator("warehouse")(_usable_path)

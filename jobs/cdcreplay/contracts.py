@@ -150,6 +150,7 @@ class RunSummary:
     changelog_path: str | None = None
     quarantine_path: str | None = None
     type_conflicts_path: str | None = None
+    changelogs_removed: list[str] = field(default_factory=list)  # older runs' changelogs removed (keep_decoded_runs)
     reconciliation: ReconciliationResult | None = None  # set by the reconcile task
 
     def to_json(self) -> dict:

@@ -178,6 +178,12 @@ def reconcile_pipelines(spark, config, spec: RunSpec) -> list[ReconciliationResu
             raise ConfigError(f"pipeline {name}: run {spec.run_id} has no summary; run the replay job first")
         changelog = summary.changelog_path
         if not changelog or not Location(changelog).is_dir():
+            if (summary.decoded or {}).get("changelog_rows"):
+                raise ConfigError(
+                    f"pipeline {name}: run {spec.run_id} decoded {summary.decoded['changelog_rows']} row changes, "
+                    f"but its changelog {changelog} is gone (the project's keep_decoded_runs removes older runs' "
+                    "changelogs); reconcile a newer run, or replay this run's range again and reconcile that run"
+                )
             result = ReconciliationResult(VERDICT_SKIPPED, pipeline=name, reason="no changes in this run")
         else:
             run_dir = summary_path(config, name, spec.run_id).parent

@@ -188,6 +188,8 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
     read_to = read_to_after(pipeline, spec, current, manifest)
     pointer = warehouse.publish(paths, entry, typed.tables, config.project.keep_versions, built_on, read_to)
     publishing.vacuum(spark, paths, pointer, committed=set(typed.retyped))
+    keep_decoded = config.project.keep_decoded_runs
+    removed = publishing.remove_old_changelogs(paths, keep_decoded, spec.run_id) if keep_decoded else []
     clock.lap("publish", len(pointer["tables"]), unit="tables published")
 
     summary = _summary(pipeline, spec, paths, manifest, clock.timings, started, dry_run=False)
@@ -198,6 +200,7 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
     summary.decoded = kinds
     summary.quality = audit
     summary.type_conflicts = sum(typed.conflicts.values())
+    summary.changelogs_removed = removed
     warehouse.write_json_atomically(run_dir / SUMMARY_FILE, summary.to_json())
     return summary
 

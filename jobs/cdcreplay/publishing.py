@@ -8,11 +8,16 @@ run that fails before leaves commits no pointer names; they are rolled back befo
 
 from __future__ import annotations
 
+import logging
+
 from pyspark.sql import SparkSession
 
 from cdcreplay import delta_tables, quality, warehouse
-from cdcreplay.contracts import AUDIT_DATA_DOCS
+from cdcreplay.contracts import AUDIT_DATA_DOCS, MANIFEST_FILE, decoded_kind_folder
+from cdcreplay.formats.common import KIND_CHANGE
 from cdcreplay.storage import Location, local_folder
+
+log = logging.getLogger(__name__)
 
 
 class QualityGateError(RuntimeError):
@@ -74,3 +79,27 @@ def vacuum(spark: SparkSession, paths: warehouse.PipelinePaths, pointer: dict, c
         if oldest.get(name):  # from version 0 on: the table's every version is kept
             delta_tables.vacuum_older_than(spark, str(folder), oldest[name])
     warehouse.remove_unkept_patterns(paths, pointer)
+
+
+def remove_old_changelogs(paths: warehouse.PipelinePaths, keep: int, this_run: str) -> list[str]:
+    """Remove the decoded changelog of every run but the ``keep`` newest, this one included (newest: whose
+    manifest, written when a run has read its records, is newer); the ids of the runs whose changelog went.
+
+    The changelog is the bulk of a run's folder (every row change the run decoded) and the published state no
+    longer needs it: compaction merged it. What stays is what a person reads later: the summary and manifest, the
+    quarantine (bad records are never dropped), the control records and the reports. A reconciliation of such a
+    run says its changelog is gone, and ``cdcreplay explain`` decodes the run's records again from the archive."""
+    others = []
+    for run in paths.runs_dir.iterdir():
+        manifest = run / MANIFEST_FILE
+        if run.name != this_run and manifest.is_file():
+            others.append((manifest.modified_at(), run))
+    removed = []
+    for _, run in sorted(others, key=lambda pair: pair[0], reverse=True)[keep - 1 :]:
+        changelog = run / decoded_kind_folder(KIND_CHANGE)
+        if changelog.is_dir():
+            changelog.remove_tree()
+            removed.append(run.name)
+    if removed:
+        log.info("removed the decoded changelog of %d older run(s) (keep_decoded_runs: %d)", len(removed), keep)
+    return sorted(removed)

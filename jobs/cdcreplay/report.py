@@ -46,6 +46,12 @@ def render_replay(summaries: list[RunSummary]) -> str:
             lines.append(f"  quarantine: {s.quarantine_path}")
         if s.type_conflicts:
             lines.append(f"  rows held back by a type conflict: {s.type_conflicts_path}")
+        if s.changelogs_removed:
+            lines.append(
+                f"  decoded changelog removed from {len(s.changelogs_removed)} older run(s) (keep_decoded_runs): "
+                + ", ".join(s.changelogs_removed[:5])
+                + (", ..." if len(s.changelogs_removed) > 5 else "")
+            )
         lines.append(f"  manifest: {s.manifest_path}")
     return "\n".join(lines)
 
