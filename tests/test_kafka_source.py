@@ -113,10 +113,16 @@ def test_replaying_the_topics_publishes_what_replaying_the_archive_does(spark, r
         assert any(r.value is None for r in replay.records)  # tombstones
         assert any(r.headers for r in replay.records)  # key-change headers
     assert len({(r.topic, r.partition) for r in replay.records}) >= 2
+    runs = replay.root / "warehouse"
+    # The copy a killed run left (its decode stage never ended): the next run, holding the lock, removes it.
+    abandoned = runs / "from_kafka" / "runs" / "killed" / "kafka_records"
+    abandoned.mkdir(parents=True)
+    (abandoned / "part-00000.parquet").write_bytes(b"PAR1")
     with caplog.at_level("INFO", logger="cdcreplay.progress"):
         assert replay_main(["--config", str(replay.config), "--run-id", "full", "--full-rebuild"]) == EXIT_OK
     assert f"{len(replay.records)} records selected from {len(replay.topics)} topics" in caplog.text
-    runs = replay.root / "warehouse"
+    assert f"removing {abandoned}, left by a run that ended before decoding its records" in caplog.text
+    assert not abandoned.exists() and abandoned.parent.is_dir()
     summaries = {
         name: json.loads((runs / name / "runs" / "full" / "summary.json").read_text())
         for name in ("from_kafka", "from_archive")

@@ -7,6 +7,7 @@ it: ``archive`` (read), the format's decoder and ``accounting`` (decode), ``stat
 
 from __future__ import annotations
 
+import logging
 import time
 
 from pyspark.sql import DataFrame, SparkSession
@@ -34,6 +35,8 @@ from cdcreplay.spark import vectorized_parquet_reads
 from cdcreplay.state_store import commit_state, read_patterns, read_state, state_ref
 from cdcreplay.storage import Location
 from cdcreplay.typed_tables import type_tables
+
+log = logging.getLogger(__name__)
 
 __all__ = ["AccountingError", "QualityGateError", "load_summary", "run", "run_pipeline", "summary_path"]
 
@@ -67,6 +70,17 @@ def read_to_after(pipeline: PipelineConfig, spec: RunSpec, current: dict | None,
     if spec.tables or not (spec.resume or spec.full_rebuild):
         return previous
     return kafka_source.read_to(None if spec.full_rebuild else previous, manifest["kafka"]["ranges"])
+
+
+def remove_abandoned_copies(paths: warehouse.PipelinePaths, this_run: str) -> None:
+    """Remove the broker records copy that another run of the pipeline left (killed before its decode stage ended,
+    which removes it): this run holds the pipeline's lock, so no other run reads a copy now, and a retry of that run
+    fetches its records afresh."""
+    for run in paths.runs_dir.iterdir():
+        copy = run / KAFKA_RECORDS_FOLDER
+        if run.name != this_run and copy.is_dir():
+            log.warning("removing %s, left by a run that ended before decoding its records", copy)
+            copy.remove_tree()
 
 
 def decoded_path(paths: warehouse.PipelinePaths, run_id: str, kind: str) -> str:
@@ -107,6 +121,8 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
     # -- read: which files, which records, and a manifest of both ------------------------------------------------
     # Records read from brokers are kept in the run's folder until decoded (a dry run only counts them).
     staging = run_dir / KAFKA_RECORDS_FOLDER if pipeline.archive.layout == "kafka" and not spec.dry_run else None
+    if staging is not None:
+        remove_abandoned_copies(paths, spec.run_id)
     files, selected, manifest = read_slice(
         spark, config, pipeline, spec, resume_point(pipeline, spec, current), staging
     )
