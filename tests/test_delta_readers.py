@@ -96,3 +96,22 @@ def test_a_tables_merges_follow_the_deletion_vectors_option_each_time(spark, tmp
     by_spark = spark.read.format("delta").load(path)
     assert by_spark.where("v = 'night'").count() == 200
     assert by_spark.count() == 1000
+
+
+def test_a_tables_newest_version_is_its_newest_commit_file_and_spark_agrees(spark, tmp_path):
+    from delta import tables as delta_spark  # Delta's own API: its history names the newest commit
+
+    path = str(tmp_path / "table")
+    for version in range(12):  # Delta writes a checkpoint at version 10: the listing skips it and its companions
+        assert delta_tables.write_whole(spark.range(version + 1), path) == version
+    log = tmp_path / "table" / "_delta_log"
+    assert {p.name for p in log.iterdir()} >= {"00000000000000000010.checkpoint.parquet", "_last_checkpoint"}
+    assert (
+        delta_tables.latest_version(path)
+        == delta_spark.DeltaTable.forPath(spark, path).history(1).first().version
+        == 11
+    )
+    (log / "00000000000000000012.json.tmp").write_text("")  # a commit being written is not one yet
+    assert delta_tables.latest_version(path) == 11
+    with pytest.raises(FileNotFoundError, match=f"{tmp_path / 'nothing'} is not a Delta table: .* holds no commit"):
+        delta_tables.latest_version(tmp_path / "nothing")

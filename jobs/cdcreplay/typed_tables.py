@@ -197,5 +197,5 @@ def _emptied(spark: SparkSession, paths: warehouse.PipelinePaths, table_id: str)
         return None
     stored = delta_tables.read_version(spark, path)
     if stored.isEmpty():
-        return delta_tables.latest_version(spark, path)
+        return delta_tables.latest_version(path)
     return delta_tables.write_whole(stored.limit(0), path)
