@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import re
 from datetime import UTC, datetime
 from pathlib import Path
@@ -122,8 +123,17 @@ def test_vacuum_keeps_every_file_a_kept_version_reads(spark, tmp_path, monkeypat
     ids = lambda version: sorted(r.id for r in delta_tables.read_version(spark, path, version).collect())  # noqa: E731
 
     delta_tables.vacuum_older_than(spark, path, 1)  # younger than an hour: skipped, no listing of the files
+    assert delta_tables.latest_version(path) == 3
     monkeypatch.setattr(delta_tables, "VACUUM_MIN_AGE_S", 0)
     delta_tables.vacuum_older_than(spark, path, 1)  # the shortest retention Delta takes: an hour
+    assert (ids(1), ids(2), ids(3)) == ([10, 11, 12, 13, 14], [20, 21, 22, 23, 24], [30, 31, 32, 33, 34])
+    # A version's age is its commit file's: two hours back, the vacuum runs at the default minimum age.
+    monkeypatch.undo()
+    commit = Path(path) / "_delta_log" / f"{1:020d}.json"
+    os.utime(commit, (commit.stat().st_atime, commit.stat().st_mtime - 7200))
+    before = delta_tables.latest_version(path)
+    delta_tables.vacuum_older_than(spark, path, 1)
+    assert delta_tables.latest_version(path) == before + 2  # Delta logs a vacuum as two commits: it ran
     assert (ids(1), ids(2), ids(3)) == ([10, 11, 12, 13, 14], [20, 21, 22, 23, 24], [30, 31, 32, 33, 34])
     # Delta rounds the retention to whole hours: rounded up, never below the oldest kept version's age.
     assert delta_tables.retention_hours(0, 1) == 1

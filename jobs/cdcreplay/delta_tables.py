@@ -14,7 +14,6 @@ import re
 import time
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from cdcreplay.storage import Location
 
@@ -153,14 +152,14 @@ def vacuum_older_than(spark: SparkSession, path: str, oldest_kept: int) -> None:
     all. Delta counts the period in whole hours (it rounds), so it is rounded up: what was removed less than an hour
     before that commit goes at a later vacuum.
     """
-    history = _table(spark, path).history().where(f"version = {oldest_kept}")
-    committed = history.select(F.col("timestamp").cast("double").alias("epoch_s")).first()
-    if committed is None:
+    # The commit's time is its log file's, as Delta's history reports it (a listing, not the history's Spark job).
+    commit = Location(path) / "_delta_log" / f"{oldest_kept:020d}.json"
+    if not commit.exists():
         return  # the version's log entry is gone already: nothing to measure the retention from
-    now = time.time()
-    if now - committed.epoch_s < VACUUM_MIN_AGE_S:
+    committed_s, now = commit.modified_at(), time.time()
+    if now - committed_s < VACUUM_MIN_AGE_S:
         return  # see VACUUM_MIN_AGE_S
-    _table(spark, path).vacuum(retention_hours(committed.epoch_s, now))
+    _table(spark, path).vacuum(retention_hours(committed_s, now))
 
 
 def retention_hours(oldest_kept_epoch_s: float, now_epoch_s: float) -> int:
