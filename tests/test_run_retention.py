@@ -28,28 +28,37 @@ def summary(paths: PipelinePaths, run_id: str) -> RunSummary:
 
 def test_a_published_run_removes_older_changelogs_and_nothing_else(spark, tmp_path, capsys):
     history = build_sample_archive(tmp_path / "archive", "debezium-json", events=600, seed=9, days=2)
-    first_night_end = (history.start + timedelta(days=1)).isoformat()
+    bounds = [(history.start + timedelta(hours=hours)).isoformat() for hours in (12, 24)]
+    nights = {
+        "n1": ["--end", bounds[0]],
+        "n2": ["--start", bounds[0], "--end", bounds[1]],
+        "n3": ["--start", bounds[1]],
+    }
     warehouses, n1_files = {}, {}
-    for keep in ("all", "one"):
+    for keep in ("all", "two"):
         root = tmp_path / keep
         root.mkdir()
         config = pipeline_config(root, "sim", "debezium-json", tmp_path / "archive")
-        if keep == "one":
-            config.write_text("keep_decoded_runs: 1\n" + config.read_text())
+        if keep == "two":
+            config.write_text("keep_decoded_runs: 2\n" + config.read_text())
         paths = PipelinePaths(str(root / "warehouse"), "sim")
-        assert replay_main(["--config", str(config), "--run-id", "n1", "--end", first_night_end]) == EXIT_OK
-        n1_files[keep] = files_of(Path(str(paths.run_dir("n1"))))
-        assert replay_main(["--config", str(config), "--run-id", "n2", "--start", first_night_end]) == EXIT_OK
+        for run_id, interval in nights.items():
+            assert replay_main(["--config", str(config), "--run-id", run_id, *interval]) == EXIT_OK
+            if run_id == "n1":
+                n1_files[keep] = files_of(Path(str(paths.run_dir("n1"))))
+            if run_id == "n2" and keep == "two":  # a dry run decodes nothing: it takes none of the two places
+                assert replay_main(["--config", str(config), "--run-id", "dry", "--dry-run"]) == EXIT_OK
         warehouses[keep] = (config, paths)
-    (_, kept), (config, pruned) = warehouses["all"], warehouses["one"]
+    (_, kept), (config, pruned) = warehouses["all"], warehouses["two"]
 
-    # Night 2 removed night 1's changelog and nothing else of its folder; its own stays for its reconciliation.
-    assert any(name.startswith(CHANGELOG) for name in n1_files["one"])
+    # Night 3 removed night 1's changelog and nothing else of its folder; the two newest keep theirs.
+    assert any(name.startswith(CHANGELOG) for name in n1_files["two"])
     assert files_of(Path(str(kept.run_dir("n1")))) == n1_files["all"]
-    assert files_of(Path(str(pruned.run_dir("n1")))) == {n for n in n1_files["one"] if not n.startswith(CHANGELOG)}
-    assert any(name.startswith(CHANGELOG) for name in files_of(Path(str(pruned.run_dir("n2")))))
-    assert [summary(pruned, run).changelogs_removed for run in ("n1", "n2")] == [[], ["n1"]]
-    assert [summary(kept, run).changelogs_removed for run in ("n1", "n2")] == [[], []]
+    assert files_of(Path(str(pruned.run_dir("n1")))) == {n for n in n1_files["two"] if not n.startswith(CHANGELOG)}
+    for run_id in ("n2", "n3"):
+        assert any(name.startswith(CHANGELOG) for name in files_of(Path(str(pruned.run_dir(run_id)))))
+    assert [summary(pruned, run).changelogs_removed for run in nights] == [[], [], ["n1"]]
+    assert [summary(kept, run).changelogs_removed for run in nights] == [[], [], []]
 
     # The published tables are the same as where every changelog is kept.
     tables = sorted(read_current(kept)["tables"])
@@ -60,7 +69,7 @@ def test_a_published_run_removes_older_changelogs_and_nothing_else(spark, tmp_pa
         )
 
     capsys.readouterr()
-    assert reconcile_main(["--config", str(config), "--run-id", "n2"]) == EXIT_OK
+    assert reconcile_main(["--config", str(config), "--run-id", "n3"]) == EXIT_OK
     assert reconcile_main(["--config", str(config), "--run-id", "n1"]) == EXIT_BAD_INPUT
     changes = summary(pruned, "n1").decoded["changelog_rows"]
     assert capsys.readouterr().err.strip() == (

@@ -82,8 +82,9 @@ def vacuum(spark: SparkSession, paths: warehouse.PipelinePaths, pointer: dict, c
 
 
 def remove_old_changelogs(paths: warehouse.PipelinePaths, keep: int, this_run: str) -> list[str]:
-    """Remove the decoded changelog of every run but the ``keep`` newest, this one included (newest: whose
-    manifest, written when a run has read its records, is newer); the ids of the runs whose changelog went.
+    """Keep the decoded changelog of the ``keep`` newest runs that have one, this run included, and remove the
+    others' (newest: the later manifest, which a run writes once it has read its records); the ids of the runs
+    whose changelog went. Runs without a changelog (dry runs, empty intervals, ones removed before) do not count.
 
     The changelog is the bulk of a run's folder (every row change the run decoded) and the published state no
     longer needs it: compaction merged it. What stays is what a person reads later: the summary and manifest, the
@@ -91,15 +92,13 @@ def remove_old_changelogs(paths: warehouse.PipelinePaths, keep: int, this_run: s
     run says its changelog is gone, and ``cdcreplay explain`` decodes the run's records again from the archive."""
     others = []
     for run in paths.runs_dir.iterdir():
-        manifest = run / MANIFEST_FILE
-        if run.name != this_run and manifest.is_file():
-            others.append((manifest.modified_at(), run))
+        changelog, manifest = run / decoded_kind_folder(KIND_CHANGE), run / MANIFEST_FILE
+        if run.name != this_run and changelog.is_dir() and manifest.is_file():
+            others.append((manifest.modified_at(), run.name, changelog))
     removed = []
-    for _, run in sorted(others, key=lambda pair: pair[0], reverse=True)[keep - 1 :]:
-        changelog = run / decoded_kind_folder(KIND_CHANGE)
-        if changelog.is_dir():
-            changelog.remove_tree()
-            removed.append(run.name)
+    for _, run_id, changelog in sorted(others, reverse=True)[keep - 1 :]:  # run ids are unique: no tie reaches a path
+        changelog.remove_tree()
+        removed.append(run_id)
     if removed:
         log.info("removed the decoded changelog of %d older run(s) (keep_decoded_runs: %d)", len(removed), keep)
     return sorted(removed)
