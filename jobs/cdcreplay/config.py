@@ -269,9 +269,9 @@ class ProjectConfig(_Strict):
     keep_decoded_runs: int | None = Field(
         default=None,
         ge=1,
-        description="Runs per pipeline whose decoded changelog is kept (the newest; unset: every run's). A run "
-        "removes the changelog of older runs when it publishes; their summaries, quarantine and reports stay, and "
-        "`cdcreplay explain` decodes their records again from the archive.",
+        description="Runs per pipeline whose decoded changelog is kept (the newest that have one; unset: every "
+        "run's). A run removes the changelog of older runs when it publishes; their summaries, quarantine and "
+        "reports stay, and `cdcreplay explain` decodes their records again from the archive.",
     )
     pipelines: list[PipelineConfig]
 
