@@ -68,7 +68,8 @@ def test_a_published_run_removes_older_changelogs_and_nothing_else(spark, tmp_pa
             read_table(spark, pruned.warehouse, "sim", table_id), read_table(spark, kept.warehouse, "sim", table_id)
         )
 
-    capsys.readouterr()
+    # The run's output names the runs whose changelog went (only the warehouse that keeps two has such a line).
+    assert capsys.readouterr().out.count("decoded changelog removed from 1 older run(s) (keep_decoded_runs): n1") == 1
     assert reconcile_main(["--config", str(config), "--run-id", "n3"]) == EXIT_OK
     assert reconcile_main(["--config", str(config), "--run-id", "n1"]) == EXIT_BAD_INPUT
     changes = summary(pruned, "n1").decoded["changelog_rows"]

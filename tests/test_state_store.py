@@ -134,6 +134,8 @@ def test_vacuum_keeps_every_file_a_kept_version_reads(spark, tmp_path, monkeypat
     before = delta_tables.latest_version(path)
     delta_tables.vacuum_older_than(spark, path, 1)
     assert delta_tables.latest_version(path) == before + 2  # Delta logs a vacuum as two commits: it ran
+    delta_tables.vacuum_older_than(spark, path, 99)  # no such commit (its log entry cleaned up): nothing to measure
+    assert delta_tables.latest_version(path) == before + 2
     assert (ids(1), ids(2), ids(3)) == ([10, 11, 12, 13, 14], [20, 21, 22, 23, 24], [30, 31, 32, 33, 34])
     # Delta rounds the retention to whole hours: rounded up, never below the oldest kept version's age.
     assert delta_tables.retention_hours(0, 1) == 1

@@ -42,11 +42,20 @@ def is_delta_table(spark: SparkSession, path: str) -> bool:
     return DeltaTable.isDeltaTable(spark, path)
 
 
+def _log(path: Location | str) -> Location:
+    return Location(path) / "_delta_log"
+
+
+def _commit_file(path: Location | str, version: int) -> Location:
+    """The log file of the table's commit ``version`` (whether or not it exists)."""
+    return _log(path) / f"{version:020d}.json"
+
+
 def latest_version(path: Location | str) -> int:
     """The version of the table's newest commit: the Delta log names each commit's file by its version, so this is a
-    listing of the log. (Delta's own ``history(1)`` is a Spark job that reads the commits: 0.2-0.5 s a call, and a
+    listing of the log. (Delta's own ``history(1)`` is a Spark job that reads the commits: 0.1-0.5 s a call, and a
     small run asks after each of its writes.)"""
-    log = Location(path) / "_delta_log"
+    log = _log(path)
     versions = [int(match[1]) for entry in log.iterdir() if (match := COMMIT_FILE.fullmatch(entry.name))]
     if not versions:
         raise FileNotFoundError(f"{path} is not a Delta table: {log} holds no commit")
@@ -56,7 +65,7 @@ def latest_version(path: Location | str) -> int:
 def has_commits_after(path: Location | str, version: int) -> bool:
     """Whether the table has a commit after ``version``: the Delta log names each commit by its version, so this is
     one look for a file, not a read of the log."""
-    return (Location(path) / "_delta_log" / f"{version + 1:020d}.json").exists()
+    return _commit_file(path, version + 1).exists()
 
 
 def read_version(spark: SparkSession, path: str, version: int | None = None) -> DataFrame:
@@ -153,7 +162,7 @@ def vacuum_older_than(spark: SparkSession, path: str, oldest_kept: int) -> None:
     before that commit goes at a later vacuum.
     """
     # The commit's time is its log file's, as Delta's history reports it (a listing, not the history's Spark job).
-    commit = Location(path) / "_delta_log" / f"{oldest_kept:020d}.json"
+    commit = _commit_file(path, oldest_kept)
     if not commit.exists():
         return  # the version's log entry is gone already: nothing to measure the retention from
     committed_s, now = commit.modified_at(), time.time()
