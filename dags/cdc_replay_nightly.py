@@ -21,6 +21,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 # The product's own names (no pyspark): the form's name pattern is the rule the jobs check again.
 from cdcreplay.contracts import KAFKA_PROPERTIES_NOT_FROM_ENVIRONMENT, NAME_PATTERN, kafka_variable
+from cdcreplay.jvm import JVM_OPTIONS, driver_java_options
 
 # The jobs ship in the same repository (or DAG bundle) as this file: <repo>/dags/<this file>, <repo>/jobs/*.py.
 REPO = Path(__file__).resolve().parents[1]
@@ -54,16 +55,6 @@ SPARK_ENV = {
 # code changes), passed as spark-submit --py-files. Empty: nothing is shipped, as under local[*], or when the
 # executors' image has cdcreplay installed.
 PY_FILES = os.environ.get("CDCREPLAY_PY_FILES") or None
-# Sized for a 2-core, few-GiB machine; spark-submit ignores the executor settings under local[*].
-# The JVMs run the throughput garbage collector, as cdcreplay.spark.JVM_OPTIONS says why (tests hold the two equal).
-JVM_OPTIONS = "-XX:+UseParallelGC"
-SPARK_CONF = {
-    "spark.driver.extraJavaOptions": JVM_OPTIONS,
-    "spark.executor.extraJavaOptions": JVM_OPTIONS,
-    "spark.sql.shuffle.partitions": "4",
-    "spark.sql.session.timeZone": "UTC",
-    "spark.ui.showConsoleProgress": "false",
-}
 # The Spark jars the jobs use beyond pyspark's own, as cdcreplay.jars pins them and set-up fetches them
 # (scripts/setup.sh; the Airflow image) into CDCREPLAY_JARS_DIR (tests/test_dags.py holds the two equal):
 # spark-submit's --jars puts them on the driver's and the executors' classpath. Delta Lake holds the tables and the
@@ -71,6 +62,16 @@ SPARK_CONF = {
 # Avro natively, which without it decodes in Python.
 JARS_DIR = Path(os.environ.get("CDCREPLAY_JARS_DIR") or REPO / ".venv" / "jars")
 SPARK_JARS = ",".join(sorted(str(jar) for jar in JARS_DIR.glob("*.jar"))) or None
+# Sized for a 2-core, few-GiB machine; spark-submit ignores the executor settings under local[*].
+# The JVMs run the throughput garbage collector, and a driver started here maps the classes set-up archived (both
+# in cdcreplay.jvm).
+SPARK_CONF = {
+    "spark.driver.extraJavaOptions": driver_java_options(JARS_DIR),
+    "spark.executor.extraJavaOptions": JVM_OPTIONS,
+    "spark.sql.shuffle.partitions": "4",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.ui.showConsoleProgress": "false",
+}
 RUN_SPEC_ARG = "{{ ti.xcom_pull(task_ids='validate_run') }}"
 
 PARAMS = {

@@ -23,6 +23,9 @@ fetch_jars() {
     echo "setup: could not fetch the pinned jars from Maven Central (above); Debezium Avro would decode in Python" >&2
     exit 1
   fi
+  # The classes a driver JVM loads, archived beside the jars so that every run's JVM starts from them
+  # (cdcreplay.jvm); written once (a minute or two), again only when the JDK, pyspark or the jars change.
+  .venv/bin/python -m cdcreplay_lab.class_archive
 }
 
 stamp=".venv/.cdcreplay-installed"

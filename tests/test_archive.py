@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from archive_helpers import Record, write_parquet
@@ -184,6 +185,39 @@ def test_a_session_cuts_scans_into_four_splits_per_core_unless_it_sets_its_own_m
     with session_settings(spark, {MIN_SPLITS: "3"}):
         spread_file_splits(spark)
         assert spark.conf.get(MIN_SPLITS) == "3"
+
+
+def test_a_driver_started_here_maps_the_class_archive_set_up_wrote(spark):
+    # scripts/setup.sh writes the archive (cdcreplay_lab.class_archive); a JVM that cannot use it would start without
+    # it and say nothing, so the driver's memory maps are what show it is used.
+    from cdcreplay.jars import jars_dir
+    from cdcreplay.jvm import class_archive
+
+    archive = class_archive(jars_dir())
+    assert archive.is_file(), (
+        f"{archive} is missing: scripts/setup.sh writes it (python -m cdcreplay_lab.class_archive)"
+    )
+    pid = spark._jvm.java.lang.ProcessHandle.current().pid()
+    assert str(archive) in Path(f"/proc/{pid}/maps").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("folder", ["jars", "my jars"])
+def test_the_driver_options_name_the_class_archive_only_where_there_is_one(spark, tmp_path, folder):
+    from cdcreplay.jvm import JVM_OPTIONS, driver_java_options
+
+    jars = tmp_path / folder
+    jars.mkdir()
+    assert driver_java_options(jars) == JVM_OPTIONS
+    (jars / "driver-classes.jsa").write_bytes(b"")
+    options = driver_java_options(jars)
+    # Spark splits the option string as it launches the driver: the archive's path stays one option.
+    split = spark._jvm.org.apache.spark.util.Utils.splitCommandString(options).mkString("\n").split("\n")
+    assert split == [
+        JVM_OPTIONS,
+        f"-XX:SharedArchiveFile={jars / 'driver-classes.jsa'}",
+        "-Xlog:cds=off",
+        "-Xlog:cds+dynamic=off",
+    ]
 
 
 def test_a_local_session_runs_the_throughput_garbage_collector(spark):

@@ -24,7 +24,7 @@ DAGS = REPO / "dags"
 DAG_FILES = sorted(DAGS.glob("*.py"))
 HEAVY_MODULES = ("pyspark", "cdcreplay", "great_expectations", "pandas")
 # What a DAG file may import of the product when it is parsed: its shared names, which import nothing.
-PARSE_TIME_PRODUCT_MODULES = ("cdcreplay", "cdcreplay.contracts")
+PARSE_TIME_PRODUCT_MODULES = ("cdcreplay", "cdcreplay.contracts", "cdcreplay.jvm")
 
 # Runs in a fresh interpreter: parse one DAG file with the DagBag and describe what it holds.
 PARSE_SCRIPT = textwrap.dedent(
@@ -188,12 +188,16 @@ def test_spark_tasks_submit_the_jobs_with_the_rendered_run_spec(nightly, task_id
     assert task.render_template(task.application_args, {"ti": FakeTaskInstance()}) == ["--run-spec", spec]
 
 
-def test_spark_tasks_run_the_jvms_with_the_collector_the_local_sessions_use(nightly):
-    from cdcreplay.spark import JVM_OPTIONS
+def test_spark_tasks_run_the_jvms_with_the_options_the_local_sessions_use(nightly):
+    from cdcreplay.jars import jars_dir
+    from cdcreplay.jvm import JVM_OPTIONS, driver_java_options
 
     for task_id in SPARK_TASKS:
         conf = nightly.get_task(task_id).conf
-        assert conf["spark.driver.extraJavaOptions"] == conf["spark.executor.extraJavaOptions"] == JVM_OPTIONS
+        assert conf["spark.driver.extraJavaOptions"] == driver_java_options(
+            jars_dir()
+        )  # the collector, the class archive
+        assert conf["spark.executor.extraJavaOptions"] == JVM_OPTIONS  # executors may run where no archive is
 
 
 def test_spark_tasks_submit_the_pinned_jars_set_up_fetched(nightly):

@@ -7,7 +7,8 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from cdcreplay.jars import DELTA_JARS, installed_jars, jar_path
+from cdcreplay.jars import DELTA_JARS, installed_jars, jar_path, jars_dir
+from cdcreplay.jvm import driver_java_options
 
 # pyspark 4.2.0 deadlocks when a Python UDF / mapInArrow reads straight from a vectorized Parquet scan
 # (shared/environment.md). Every Python-side decoder sits on that path, so the row-based reader is the default;
@@ -38,13 +39,8 @@ SAFE_DEFAULTS = {
     # touches a few tables; a long-lived session that touches hundreds (the test suite) ran its driver out of heap.
     "spark.databricks.delta.delta.log.cacheSize": "32",
 }
-# The JVM's garbage collector, for a driver this package starts itself (local runs, the tests, the benchmark) and for
-# the DAG's spark-submit runs (dags/cdc_replay_nightly.py says the same for driver and executors): the throughput
-# collector. Decoding allocates short-lived strings at a high rate; G1, the JVM's default, spends CPU beside the
-# tasks (concurrent marking and refinement, costlier write barriers) that a small machine does not have to spare.
-# The 2M-event Debezium replay on 2 cores: 162 -> 135 s (docs/benchmarks.md). Driver options a caller names (in
-# ``extra`` or PYSPARK_SUBMIT_ARGS) replace these: two collectors on one command line stop the JVM.
-JVM_OPTIONS = "-XX:+UseParallelGC"
+# Driver options a caller names (in ``extra`` or PYSPARK_SUBMIT_ARGS) replace cdcreplay.jvm's: two collectors on one
+# command line stop the JVM.
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 JARS = "spark.jars"
 
@@ -68,7 +64,8 @@ def build_session(app_name: str = "cdcreplay", master: str | None = None, extra:
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     defaults = dict(SAFE_DEFAULTS)
     if master and master.startswith("local") and DRIVER_JAVA_OPTIONS not in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
-        defaults[DRIVER_JAVA_OPTIONS] = JVM_OPTIONS  # this process starts the JVM: its options still apply
+        # This process starts the JVM, so its options still apply (cdcreplay.jvm: the collector, the class archive).
+        defaults[DRIVER_JAVA_OPTIONS] = driver_java_options(jars_dir())
     if master:
         # The pinned optional jars set-up fetched (cdcreplay.jars): this process starts the JVM, so they reach the
         # driver's classpath. Under spark-submit they come from its --jars (the DAG's `jars`).
