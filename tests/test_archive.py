@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import json
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 from archive_helpers import Record, write_parquet
@@ -192,13 +191,39 @@ def test_a_driver_started_here_maps_the_class_archive_set_up_wrote(spark):
     # it and say nothing, so the driver's memory maps are what show it is used.
     from cdcreplay.jars import jars_dir
     from cdcreplay.jvm import class_archive
+    from cdcreplay_lab.class_archive import driver_maps
 
     archive = class_archive(jars_dir())
     assert archive.is_file(), (
         f"{archive} is missing: scripts/setup.sh writes it (python -m cdcreplay_lab.class_archive)"
     )
-    pid = spark._jvm.java.lang.ProcessHandle.current().pid()
-    assert str(archive) in Path(f"/proc/{pid}/maps").read_text(encoding="utf-8")
+    assert driver_maps(spark, archive)
+
+
+def test_set_up_keeps_an_archive_made_from_the_same_jdk_pyspark_and_jars(tmp_path, monkeypatch, capsys):
+    from cdcreplay_lab import class_archive
+
+    monkeypatch.setenv("CDCREPLAY_JARS_DIR", str(tmp_path))
+    (tmp_path / "driver-classes.jsa").write_bytes(b"archive")
+    (tmp_path / "driver-classes.json").write_text(json.dumps(class_archive.made_from()), encoding="utf-8")
+    assert class_archive.main([]) == 0
+    assert capsys.readouterr().out == f"class archive: {tmp_path / 'driver-classes.jsa'} is up to date\n"
+    assert (tmp_path / "driver-classes.jsa").read_bytes() == b"archive"
+
+
+def test_set_up_goes_on_without_an_archive_it_could_not_write(tmp_path, monkeypatch, capsys):
+    # A stale archive (made from other jars) is removed; without Delta's jars here the driver that would write the new
+    # one cannot start, and set-up says so and goes on (exit 0) with no archive.
+    from cdcreplay_lab import class_archive
+
+    monkeypatch.setenv("CDCREPLAY_JARS_DIR", str(tmp_path))
+    (tmp_path / "driver-classes.jsa").write_bytes(b"stale")
+    (tmp_path / "driver-classes.json").write_text(json.dumps({"jars": {"old.jar": 1}}), encoding="utf-8")
+    assert class_archive.main([]) == 0
+    error = capsys.readouterr().err
+    assert error.startswith("class archive: not written, drivers start without one:\n")
+    assert "Delta Lake's jars are missing" in error
+    assert sorted(path.name for path in tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("folder", ["jars", "my jars"])

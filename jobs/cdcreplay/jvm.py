@@ -35,9 +35,13 @@ def driver_java_options(jars_folder: Path) -> str:
     """The options of a driver JVM started here: the collector, and the class archive when set-up wrote one into
     ``jars_folder``."""
     archive = class_archive(jars_folder)
-    if not archive.is_file():
-        return JVM_OPTIONS
-    use_archive = f"-XX:SharedArchiveFile={archive}"
-    if any(character.isspace() for character in use_archive):  # Spark splits the options at blanks, not in quotes
-        use_archive = f'"{use_archive}"'
-    return f"{JVM_OPTIONS} {use_archive} -Xlog:cds=off -Xlog:cds+dynamic=off"
+    return with_archive("SharedArchiveFile", archive) if archive.is_file() else JVM_OPTIONS
+
+
+def with_archive(flag: str, archive: Path) -> str:
+    """The collector and ``-XX:<flag>=<archive>`` (``SharedArchiveFile`` to use one, ``ArchiveClassesAtExit`` to
+    write one), with the JVM's messages about the archive silenced."""
+    option = f"-XX:{flag}={archive}"
+    if any(character.isspace() for character in option):  # Spark splits the options at blanks, not in quotes
+        option = f'"{option}"'
+    return f"{JVM_OPTIONS} {option} -Xlog:cds=off -Xlog:cds+dynamic=off"

@@ -21,9 +21,8 @@ import tempfile
 from pathlib import Path
 
 from cdcreplay.jars import installed_jars, jars_dir
-from cdcreplay.jvm import JVM_OPTIONS, class_archive
+from cdcreplay.jvm import class_archive, with_archive
 
-QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 # Bump when the workload changes, so that set-up writes the archive again.
 WORKLOAD = 1
 # A child that takes longer is stopped (a busy two-core machine wrote the archive in 9 minutes).
@@ -60,7 +59,7 @@ def write_archive(target: Path) -> None:
     from cdcreplay.run_spec import RunSpec
     from cdcreplay_lab.simulator import build_sample_archive
 
-    spark = _session(f"{JVM_OPTIONS} -XX:ArchiveClassesAtExit={target} {QUIET}")
+    spark = _session(with_archive("ArchiveClassesAtExit", target))
     with tempfile.TemporaryDirectory(prefix="cdcreplay-class-archive-") as folder:
         work = Path(folder)
         build_sample_archive(work / "archive", "debezium-json", events=300, seed=1, days=2)
@@ -78,11 +77,16 @@ def write_archive(target: Path) -> None:
 
 def maps_archive(archive: Path) -> bool:
     """In this process: whether a new driver started with ``archive`` maps it (the JVM's memory maps name it)."""
-    spark = _session(f"{JVM_OPTIONS} -XX:SharedArchiveFile={archive} {QUIET}")
-    pid = spark._jvm.java.lang.ProcessHandle.current().pid()
-    maps = Path(f"/proc/{pid}/maps").read_text(encoding="utf-8")
+    spark = _session(with_archive("SharedArchiveFile", archive))
+    mapped = driver_maps(spark, archive)
     _stop_and_wait(spark)
-    return str(archive) in maps
+    return mapped
+
+
+def driver_maps(spark, archive: Path) -> bool:
+    """Whether the session's driver JVM has ``archive`` mapped in its memory (Linux: its ``/proc/<pid>/maps``)."""
+    pid = spark._jvm.java.lang.ProcessHandle.current().pid()
+    return str(archive) in Path(f"/proc/{pid}/maps").read_text(encoding="utf-8")
 
 
 def _in_child(*args: str) -> subprocess.CompletedProcess:
