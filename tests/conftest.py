@@ -65,22 +65,41 @@ def spark_scratch_in_pytest_temp(tmp_path_factory):
     os.environ["SPARK_LOCAL_DIRS"] = str(tmp_path_factory.mktemp("spark-local"))
 
 
+# The JVMs the tests start besides their own session (every spark-submit of an Airflow task, the crash tests' killed
+# runs, a cluster's driver) each replay a thousand records and exit: their optimizing (C2) compiler's threads, started
+# for code that runs too briefly to profit, took 40% of their CPU on a machine whose two cores the suite keeps busy
+# (a cold run of the crash tests' archive: 108-112 s of CPU in 60 s; with C1 alone 59-65 s in 46-50 s, measured,
+# docs/benchmarks.md). spark-submit adds SPARK_SUBMIT_OPTS to the driver's options; the test session itself, which
+# runs for the whole suite, starts without it and keeps both compilers.
+SHORT_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
+SUBMIT_OPTIONS_GIVEN = os.environ.get("SPARK_SUBMIT_OPTS", "")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def short_jvms_compile_with_c1_alone():
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SPARK_SUBMIT_OPTS", f"{SUBMIT_OPTIONS_GIVEN} {SHORT_JVM_OPTIONS}".strip())
+        yield
+
+
 @pytest.fixture(scope="session")
-def spark():
+def spark(short_jvms_compile_with_c1_alone):
     from cdcreplay.spark import build_session
 
-    session = build_session(
-        "cdcreplay-tests",
-        master="local[2]",
-        # The session lives for the whole suite: 2 GB of heap, twice Spark's default, for what it caches over hundreds
-        # of runs.
-        extra={
-            "spark.sql.shuffle.partitions": "2",
-            "spark.ui.enabled": "false",
-            "spark.default.parallelism": "2",
-            "spark.driver.memory": "2g",
-        },
-    )
+    with pytest.MonkeyPatch.context() as patch:  # the suite's long-lived JVM keeps both compilers (see above)
+        patch.setenv("SPARK_SUBMIT_OPTS", SUBMIT_OPTIONS_GIVEN)
+        session = build_session(
+            "cdcreplay-tests",
+            master="local[2]",
+            # The session lives for the whole suite: 2 GB of heap, twice Spark's default, for what it caches over
+            # hundreds of runs.
+            extra={
+                "spark.sql.shuffle.partitions": "2",
+                "spark.ui.enabled": "false",
+                "spark.default.parallelism": "2",
+                "spark.driver.memory": "2g",
+            },
+        )
     yield session
     session.stop()
 
