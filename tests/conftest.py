@@ -66,24 +66,32 @@ def spark_scratch_in_pytest_temp(tmp_path_factory):
 
 
 # The JVMs the tests start besides their own session (every spark-submit of an Airflow task, the crash tests' killed
-# runs, a cluster's driver) each replay a thousand records and exit: their optimizing (C2) compiler's threads, started
-# for code that runs too briefly to profit, took 40% of their CPU on a machine whose two cores the suite keeps busy
-# (a cold run of the crash tests' archive: 108-112 s of CPU in 60 s; with C1 alone 59-65 s in 46-50 s, measured,
-# docs/benchmarks.md). spark-submit adds SPARK_SUBMIT_OPTS to the driver's options; the test session itself, which
-# runs for the whole suite, starts without it and keeps both compilers.
-SHORT_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
+# runs, a cluster's driver) each replay a thousand records and exit. Two costs of code that runs too briefly to
+# profit, on a machine whose two cores the suite keeps busy (docs/benchmarks.md, a cold full rebuild of the crash
+# tests' archive, CPU of every process of the run):
+# - the optimizing (C2) compiler's threads: 68-80 s of CPU with both compilers, 42-50 s with C1 alone;
+# - Spark's generated code, which Janino compiles for each query the run makes once: 33-38 s of CPU with it off,
+#   expressions evaluated as they are (Spark's interpreted mode, which gives the same rows) and no whole-stage code.
+# spark-submit adds SPARK_SUBMIT_OPTS to the driver's options, and Spark takes `-Dspark.*` properties as settings.
+# The test session itself, which runs for the whole suite and decodes large histories, starts without them: it keeps
+# both compilers and generated code, as a user's runs do.
+SHORT_JVM_OPTIONS = (
+    "-XX:TieredStopAtLevel=1",
+    "-Dspark.sql.codegen.factoryMode=NO_CODEGEN",
+    "-Dspark.sql.codegen.wholeStage=false",
+)
 SUBMIT_OPTIONS_GIVEN = os.environ.get("SPARK_SUBMIT_OPTS", "")
 
 
 @pytest.fixture(scope="session", autouse=True)
-def short_jvms_compile_with_c1_alone():
+def short_jvms_compile_little():
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("SPARK_SUBMIT_OPTS", f"{SUBMIT_OPTIONS_GIVEN} {SHORT_JVM_OPTIONS}".strip())
+        patch.setenv("SPARK_SUBMIT_OPTS", " ".join((SUBMIT_OPTIONS_GIVEN, *SHORT_JVM_OPTIONS)).strip())
         yield
 
 
 @pytest.fixture(scope="session")
-def spark(short_jvms_compile_with_c1_alone):
+def spark(short_jvms_compile_little):
     from cdcreplay.spark import build_session
 
     with pytest.MonkeyPatch.context() as patch:  # the suite's long-lived JVM keeps both compilers (see above)

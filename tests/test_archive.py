@@ -200,16 +200,18 @@ def test_a_driver_started_here_maps_the_class_archive_set_up_wrote(spark):
     assert driver_maps(spark, archive)
 
 
-def test_the_drivers_tests_launch_compile_with_c1_alone_and_the_suites_session_with_both(spark):
-    # conftest.py: a launched driver replays a thousand records and exits (C1 alone spares the busy cores); the
-    # suite's session decodes for the whole run and would be slower without the optimizing compiler.
+def test_the_drivers_tests_launch_compile_little_and_the_suites_session_compiles_as_a_users_run_does(spark):
+    # conftest.py: a launched driver replays a thousand records and exits (C1 alone and no generated code spare the
+    # busy cores); the suite's session decodes for the whole run, with the optimizing compiler and generated code.
     import os
 
     from conftest import SHORT_JVM_OPTIONS
 
-    assert SHORT_JVM_OPTIONS in os.environ["SPARK_SUBMIT_OPTS"].split()
+    assert set(SHORT_JVM_OPTIONS) <= set(os.environ["SPARK_SUBMIT_OPTS"].split())
     runtime = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
-    assert SHORT_JVM_OPTIONS not in list(runtime.getInputArguments())
+    assert set(SHORT_JVM_OPTIONS).isdisjoint(runtime.getInputArguments())
+    assert spark.conf.get("spark.sql.codegen.factoryMode") == "FALLBACK"
+    assert spark.conf.get("spark.sql.codegen.wholeStage") == "true"
 
 
 def test_set_up_keeps_an_archive_made_from_the_same_jdk_pyspark_and_jars(tmp_path, monkeypatch, capsys):
