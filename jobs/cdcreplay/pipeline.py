@@ -1,14 +1,17 @@
 """One pipeline run, as its stages: read, decode, compact, type, audit, publish.
 
-``run_pipeline`` strings the stages together, times them and writes the run's summary; each stage's rules live with
-it: ``archive`` (read), the format's decoder and ``accounting`` (decode), ``state_store`` (compact), ``typed_tables``
-(type), ``publishing`` (audit and publish). Every step in between is DataFrame -> DataFrame.
+``run_pipeline`` is the list of the stages, one function each (``read_stage`` ... ``publish_stage``), which share a
+``PipelineRun`` (settings, folders, clock) and hand each other small results; it writes the run's summary. Each
+stage's rules live with it: ``archive`` (read), the format's decoder and ``accounting`` (decode), ``state_store``
+(compact), ``typed_tables`` (type), ``publishing`` (audit and publish). Every step in between is DataFrame ->
+DataFrame.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -32,9 +35,9 @@ from cdcreplay.publishing import QualityGateError
 from cdcreplay.run_spec import RunSpec
 from cdcreplay.schema import CHANGELOG_COLUMNS
 from cdcreplay.spark import vectorized_parquet_reads
-from cdcreplay.state_store import commit_state, read_patterns, read_state, state_ref
+from cdcreplay.state_store import StateCommit, commit_state, read_patterns, read_state, state_ref
 from cdcreplay.storage import Location
-from cdcreplay.typed_tables import type_tables
+from cdcreplay.typed_tables import TypedTables, type_tables
 
 log = logging.getLogger(__name__)
 
@@ -102,8 +105,70 @@ class StageClock:
         self._since = now
 
 
+@dataclass
+class PipelineRun:
+    """What the stages of one run share: its settings, the pipeline's folders, the published pointer it builds on
+    (None before the first publish), its own folder and its clock."""
+
+    spark: SparkSession
+    config: LoadedConfig
+    pipeline: PipelineConfig
+    spec: RunSpec
+    paths: warehouse.PipelinePaths
+    current: dict | None
+    run_dir: Location
+    clock: StageClock
+    started: float
+
+
+@dataclass(frozen=True)
+class ReadSlice:
+    """What the read stage found: the files, the selected records and the manifest of both."""
+
+    files: list[str]
+    selected: DataFrame
+    manifest: dict
+    staging: Location | None  # a Kafka pipeline's copy of the records it read, kept until they are decoded
+
+
+@dataclass(frozen=True)
+class BuildBase:
+    """The published version a run builds on: ``published``, the pointer whose Delta versions the run's commits
+    follow (and are rolled back to when it may not publish), None for the first publish; ``state``, its compacted
+    state the run's changes are merged onto, None when the run writes the state whole (a full rebuild)."""
+
+    published: dict | None
+    state: DataFrame | None
+
+    @property
+    def merged_onto(self) -> dict | None:
+        """The pointer whose state and tables the run changes in place (None: the run rebuilds them)."""
+        return self.published if self.state is not None else None
+
+
 def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineConfig, spec: RunSpec) -> RunSummary:
     """Run one pipeline for ``spec``; return (and write) its summary."""
+    run = start_run(spark, config, pipeline, spec)
+    read = read_stage(run)
+    if spec.dry_run or read.manifest["distinct_records"] == 0:
+        return _written(run, unchanged_summary(run, read))
+    base = build_base(run)
+    kinds = decode_stage(run, read, base)
+    # Compaction and typing are Spark alone (no Python reads their rows), so they may use the vectorized Parquet
+    # reader: about twice as fast over the state's map columns (see cdcreplay.spark).
+    with vectorized_parquet_reads(spark):
+        committed = compact_stage(run, base, kinds)
+        version, typed = type_stage(run, base, committed, kinds)
+    audit = audit_stage(run, base, typed)
+    pointer, removed = publish_stage(run, read, base, committed, version, typed)
+    summary = _summary(run, read.manifest)
+    _add_published(summary, run, base, pointer)
+    _add_outcome(summary, run, kinds, committed, typed, audit, removed)
+    return _written(run, summary)
+
+
+def start_run(spark: SparkSession, config: LoadedConfig, pipeline: PipelineConfig, spec: RunSpec) -> PipelineRun:
+    """The run's folder and clock; the published pointer it builds on, which must be one this release reads."""
     started = time.time()
     if not spec.dry_run:
         quality.import_in_background()  # the audit stage needs GX: import it while Spark reads and decodes
@@ -116,109 +181,130 @@ def run_pipeline(spark: SparkSession, config: LoadedConfig, pipeline: PipelineCo
         )
     run_dir = paths.run_dir(spec.run_id)
     run_dir.mkdir()
-    clock = StageClock(pipeline.name, spark)
-
-    # -- read: which files, which records, and a manifest of both ------------------------------------------------
-    # Records read from brokers are kept in the run's folder until decoded (a dry run only counts them).
-    staging = run_dir / KAFKA_RECORDS_FOLDER if pipeline.archive.layout == "kafka" and not spec.dry_run else None
-    if staging is not None:
-        remove_abandoned_copies(paths, spec.run_id)
-    files, selected, manifest = read_slice(
-        spark, config, pipeline, spec, resume_point(pipeline, spec, current), staging
+    return PipelineRun(
+        spark, config, pipeline, spec, paths, current, run_dir, StageClock(pipeline.name, spark), started
     )
-    warehouse.write_json_atomically(run_dir / MANIFEST_FILE, manifest)
+
+
+def read_stage(run: PipelineRun) -> ReadSlice:
+    """Read: which files, which records, and a manifest of both, written to the run's folder. Records read from
+    brokers are kept in the run's folder until decoded (a dry run only counts them)."""
+    pipeline, spec = run.pipeline, run.spec
+    staging = run.run_dir / KAFKA_RECORDS_FOLDER if pipeline.archive.layout == "kafka" and not spec.dry_run else None
+    if staging is not None:
+        remove_abandoned_copies(run.paths, spec.run_id)
+    resume_from = resume_point(pipeline, spec, run.current)
+    files, selected, manifest = read_slice(run.spark, run.config, pipeline, spec, resume_from, staging)
+    warehouse.write_json_atomically(run.run_dir / MANIFEST_FILE, manifest)
     read_from = f"{len(files)} topics" if pipeline.archive.layout == "kafka" else f"{len(files)} files"
-    clock.lap("read", manifest["records"], unit=f"records selected from {read_from}")
-    if spec.dry_run or manifest["distinct_records"] == 0:
-        # Nothing to decode (a dry run, or an interval with no records): the published state stays as it is.
-        if staging is not None:
-            staging.remove_tree()
-        summary = _summary(pipeline, spec, paths, manifest, clock.timings, started, dry_run=spec.dry_run)
-        summary.version = current["version"] if current else None
-        warehouse.write_json_atomically(run_dir / SUMMARY_FILE, summary.to_json())
-        return summary
+    run.clock.lap("read", manifest["records"], unit=f"records selected from {read_from}")
+    return ReadSlice(files, selected, manifest, staging)
 
-    # -- decode: one pass over the archive, routed to changelog / control / quarantine -----------------------------
-    # The published state this run builds on, as of its published version (none on a full rebuild), after what a
-    # run that died before publishing committed is rolled back.
-    building_on = current if current is not None and not warehouse.is_legacy(current) else None
-    if building_on is not None:
-        publishing.roll_back_unpublished(spark, paths, building_on)
-    base_state = None
-    if building_on is not None and not spec.full_rebuild:
-        base_state = read_state(spark, paths.state_dir, building_on["state_version"])
+
+def unchanged_summary(run: PipelineRun, read: ReadSlice) -> RunSummary:
+    """The summary of a run with nothing to decode (a dry run, or an interval with no records): the published state
+    stays as it is."""
+    if read.staging is not None:
+        read.staging.remove_tree()
+    summary = _summary(run, read.manifest)
+    summary.version = run.current["version"] if run.current else None
+    return summary
+
+
+def build_base(run: PipelineRun) -> BuildBase:
+    """The published version this run builds on, after what a run that died before publishing committed is rolled
+    back; its state as of its published version, unless the run is a full rebuild."""
+    current = run.current
+    published = current if current is not None and not warehouse.is_legacy(current) else None
+    if published is not None:
+        publishing.roll_back_unpublished(run.spark, run.paths, published)
+    state = None
+    if published is not None and not run.spec.full_rebuild:
+        state = read_state(run.spark, run.paths.state_dir, published["state_version"])
+    return BuildBase(published, state)
+
+
+def decode_stage(run: PipelineRun, read: ReadSlice, base: BuildBase) -> dict:
+    """Decode: one pass over the selected records, routed to changelog / control / quarantine (``decode``); the
+    counts per kind, reason and table."""
     try:
-        kinds = decode(spark, pipeline, spec, selected, manifest, base_state, run_dir / DECODED_FOLDER)
-    finally:
-        if staging is not None:
-            staging.remove_tree()  # decoded (or failed, and a retry fetches afresh): nothing reads the copy now
-    clock.lap("decode", kinds["source_records"], manifest["distinct_records"], "records decoded")
-
-    # Compaction and typing are Spark alone (no Python reads their rows), so they may use the vectorized Parquet
-    # reader: about twice as fast over the state's map columns (see cdcreplay.spark).
-    with vectorized_parquet_reads(spark):
-        # -- compact onto the published state: the night's changed keys merged, or the state written whole -------
-        changes = _read_decoded(spark, paths, spec.run_id, KIND_CHANGE, changelog_only=True)
-        base_patterns = None
-        if base_state is not None:
-            base_patterns = read_patterns(spark, paths.patterns_file(building_on["state_version"]))
-        retention = pipeline.tombstone_retention_days
-        committed = commit_state(
-            paths.state_dir, base_state, base_patterns, changes, kinds["changelog_rows"], retention
+        kinds = decode(
+            run.spark, run.pipeline, run.spec, read.selected, read.manifest, base.state, run.run_dir / DECODED_FOLDER
         )
-        written = "changed keys merged into the state" if committed.merged else "state written whole"
-        clock.lap("compact", kinds["changelog_rows"], unit=f"changes compacted, {written}")
+    finally:
+        if read.staging is not None:
+            read.staging.remove_tree()  # decoded (or failed, and a retry fetches afresh): nothing reads the copy now
+    run.clock.lap("decode", kinds["source_records"], read.manifest["distinct_records"], "records decoded")
+    return kinds
 
-        # -- type: the tables users read; a table this run did not change keeps its published version ------------
-        version = warehouse.new_version(spec.run_id)
-        try:
-            typed = type_tables(
-                spark,
-                paths,
-                current if base_state is not None else None,
-                committed,
-                read_state(spark, paths.state_dir, committed.version, keep_partition=True),
-                kinds["changes_by_table"],
-                version,
-                run_dir,
-                pipeline.deletion_vectors,
-            )
-        finally:
-            committed.release_merged_rows()
-        kept = f", {len(typed.unchanged)} unchanged tables kept" if typed.unchanged else ""
-        clock.lap("type", len(typed.retyped), unit=f"tables typed{kept}")
 
-    # -- audit before publish: a table that fails its suite is never published; readers keep the previous version --
+def compact_stage(run: PipelineRun, base: BuildBase, kinds: dict) -> StateCommit:
+    """Compact onto the published state: the night's changed keys merged into it, or the state written whole."""
+    changes = _read_decoded(run.spark, run.paths, run.spec.run_id, KIND_CHANGE, changelog_only=True)
+    base_patterns = None
+    if base.state is not None:
+        base_patterns = read_patterns(run.spark, run.paths.patterns_file(base.published["state_version"]))
+    retention = run.pipeline.tombstone_retention_days
+    committed = commit_state(
+        run.paths.state_dir, base.state, base_patterns, changes, kinds["changelog_rows"], retention
+    )
+    written = "changed keys merged into the state" if committed.merged else "state written whole"
+    run.clock.lap("compact", kinds["changelog_rows"], unit=f"changes compacted, {written}")
+    return committed
+
+
+def type_stage(run: PipelineRun, base: BuildBase, committed: StateCommit, kinds: dict) -> tuple[str, TypedTables]:
+    """Type: the tables users read, committed for the version this run will publish (named here); a table this run
+    did not change keeps its published version."""
+    version = warehouse.new_version(run.spec.run_id)
+    try:
+        typed = type_tables(
+            run.spark,
+            run.paths,
+            base.merged_onto,
+            committed,
+            read_state(run.spark, run.paths.state_dir, committed.version, keep_partition=True),
+            kinds["changes_by_table"],
+            version,
+            run.run_dir,
+            run.pipeline.deletion_vectors,
+        )
+    finally:
+        committed.release_merged_rows()
+    kept = f", {len(typed.unchanged)} unchanged tables kept" if typed.unchanged else ""
+    run.clock.lap("type", len(typed.retyped), unit=f"tables typed{kept}")
+    return version, typed
+
+
+def audit_stage(run: PipelineRun, base: BuildBase, typed: TypedTables) -> dict:
+    """Audit before publish: a table that fails its suite is never published, what the run committed is rolled back
+    and readers keep the previous version."""
     rows = {table_id: info["rows"] for table_id, info in typed.tables.items()}
     try:
-        audit = publishing.audit_tables(spark, paths, typed.versions, typed.retyped, rows, run_dir)
+        audit = publishing.audit_tables(run.spark, run.paths, typed.versions, typed.retyped, rows, run.run_dir)
     except QualityGateError:
-        publishing.roll_back_unpublished(spark, paths, building_on, new_tables=set(typed.retyped))
+        publishing.roll_back_unpublished(run.spark, run.paths, base.published, new_tables=set(typed.retyped))
         raise
     audit["unchanged_tables"] = sorted(typed.unchanged)  # passed the suite when they were typed, in typed_in_version
-    clock.lap("audit", sum(r["success"] for r in audit["tables"].values()), len(typed.retyped), "tables passed")
+    run.clock.lap("audit", sum(r["success"] for r in audit["tables"].values()), len(typed.retyped), "tables passed")
+    return audit
 
-    # -- publish: one atomic switch of the pointer, then vacuum what no kept version reads --------------------------
-    entry = warehouse.published_entry(version, spec.run_id, committed.version, typed.versions)
-    built_on = building_on["history"][0] if base_state is not None else None
-    read_to = read_to_after(pipeline, spec, current, manifest)
-    pointer = warehouse.publish(paths, entry, typed.tables, config.project.keep_versions, built_on, read_to)
-    publishing.vacuum(spark, paths, pointer, committed=set(typed.retyped))
-    keep_decoded = config.project.keep_decoded_runs
-    removed = publishing.remove_old_changelogs(paths, keep_decoded, spec.run_id) if keep_decoded else []
-    clock.lap("publish", len(pointer["tables"]), unit="tables published")
 
-    summary = _summary(pipeline, spec, paths, manifest, clock.timings, started, dry_run=False)
-    _add_published(summary, paths, spec, pointer, building_on if base_state is not None else None)
-    summary.state = state_ref(paths.state_dir, committed.version, paths.patterns_file(committed.version))
-    summary.state_merged = committed.merged
-    summary.layouts_from_merge = committed.patterns is not None
-    summary.decoded = kinds
-    summary.quality = audit
-    summary.type_conflicts = sum(typed.conflicts.values())
-    summary.changelogs_removed = removed
-    warehouse.write_json_atomically(run_dir / SUMMARY_FILE, summary.to_json())
-    return summary
+def publish_stage(
+    run: PipelineRun, read: ReadSlice, base: BuildBase, committed: StateCommit, version: str, typed: TypedTables
+) -> tuple[dict, list[str]]:
+    """Publish: one atomic switch of the pointer, then vacuum what no kept version reads and remove the changelogs
+    past ``keep_decoded_runs``; the new pointer and the runs whose changelogs were removed."""
+    entry = warehouse.published_entry(version, run.spec.run_id, committed.version, typed.versions)
+    built_on = base.merged_onto["history"][0] if base.merged_onto is not None else None
+    read_to = read_to_after(run.pipeline, run.spec, run.current, read.manifest)
+    keep_versions = run.config.project.keep_versions
+    pointer = warehouse.publish(run.paths, entry, typed.tables, keep_versions, built_on, read_to)
+    publishing.vacuum(run.spark, run.paths, pointer, committed=set(typed.retyped))
+    keep_decoded = run.config.project.keep_decoded_runs
+    removed = publishing.remove_old_changelogs(run.paths, keep_decoded, run.spec.run_id) if keep_decoded else []
+    run.clock.lap("publish", len(pointer["tables"]), unit="tables published")
+    return pointer, removed
 
 
 def read_slice(
@@ -297,21 +383,39 @@ def decode(
     return kinds
 
 
-def _add_published(
-    summary: RunSummary, paths: warehouse.PipelinePaths, spec: RunSpec, pointer: dict, building_on: dict | None
-) -> None:
+def _add_published(summary: RunSummary, run: PipelineRun, base: BuildBase, pointer: dict) -> None:
     """Where the run's results are: the published version, the state it built on (for the reconciliation, see
     state_store.state_ref), its changelog, quarantine and held-back rows."""
-    if building_on is not None:
-        version = building_on["state_version"]
+    paths, run_id = run.paths, run.spec.run_id
+    if base.merged_onto is not None:
+        version = base.merged_onto["state_version"]
         summary.base_state = state_ref(paths.state_dir, version, paths.patterns_file(version))
     summary.version = pointer["version"]
     summary.tables = {  # the folder each table's Delta version is in
         table_id: {**info, "path": str(paths.root / info["path"])} for table_id, info in pointer["tables"].items()
     }
-    summary.changelog_path = decoded_path(paths, spec.run_id, KIND_CHANGE)
-    summary.quarantine_path = decoded_path(paths, spec.run_id, KIND_QUARANTINE)
-    summary.type_conflicts_path = str(paths.run_dir(spec.run_id) / TYPE_CONFLICTS_FOLDER)
+    summary.changelog_path = decoded_path(paths, run_id, KIND_CHANGE)
+    summary.quarantine_path = decoded_path(paths, run_id, KIND_QUARANTINE)
+    summary.type_conflicts_path = str(paths.run_dir(run_id) / TYPE_CONFLICTS_FOLDER)
+
+
+def _add_outcome(
+    summary: RunSummary,
+    run: PipelineRun,
+    kinds: dict,
+    committed: StateCommit,
+    typed: TypedTables,
+    audit: dict,
+    removed: list[str],
+) -> None:
+    """What the stages did: the decoded counts, the state version committed, the audit, the rows held back."""
+    summary.state = state_ref(run.paths.state_dir, committed.version, run.paths.patterns_file(committed.version))
+    summary.state_merged = committed.merged
+    summary.layouts_from_merge = committed.patterns is not None
+    summary.decoded = kinds
+    summary.quality = audit
+    summary.type_conflicts = sum(typed.conflicts.values())
+    summary.changelogs_removed = removed
 
 
 def _read_decoded(spark: SparkSession, paths, run_id: str, kind: str, changelog_only: bool = False) -> DataFrame:
@@ -323,23 +427,29 @@ def _read_decoded(spark: SparkSession, paths, run_id: str, kind: str, changelog_
     return frame.select(*CHANGELOG_COLUMNS) if changelog_only else frame
 
 
-def _summary(pipeline, spec, paths, manifest, timings, started, dry_run: bool) -> RunSummary:
+def _summary(run: PipelineRun, manifest: dict) -> RunSummary:
+    spec = run.spec
     return RunSummary(
-        pipeline=pipeline.name,
-        format=pipeline.format,
+        pipeline=run.pipeline.name,
+        format=run.pipeline.format,
         run_id=spec.run_id,
-        dry_run=dry_run,
+        dry_run=spec.dry_run,
         full_rebuild=spec.full_rebuild,
         records_read=manifest["records"],
         distinct_records=manifest["distinct_records"],
         duplicates=manifest["duplicates"],
         missing_offsets=manifest["missing_offsets"],
-        manifest_path=str(paths.run_file(spec.run_id, MANIFEST_FILE)),
+        manifest_path=str(run.paths.run_file(spec.run_id, MANIFEST_FILE)),
         files=len(manifest["files"]),
         unreadable_files=len(manifest["unreadable_files"]),
-        timings_s=timings,
-        elapsed_s=round(time.time() - started, 3),
+        timings_s=run.clock.timings,
+        elapsed_s=round(time.time() - run.started, 3),
     )
+
+
+def _written(run: PipelineRun, summary: RunSummary) -> RunSummary:
+    warehouse.write_json_atomically(run.run_dir / SUMMARY_FILE, summary.to_json())
+    return summary
 
 
 def run(spark: SparkSession, config: LoadedConfig, spec: RunSpec) -> list[RunSummary]:
