@@ -123,9 +123,8 @@ class PipelineRun:
 
 @dataclass(frozen=True)
 class ReadSlice:
-    """What the read stage found: the files, the selected records and the manifest of both."""
+    """What the read stage found: the selected records and the manifest of them and their files."""
 
-    files: list[str]
     selected: DataFrame
     manifest: dict
     staging: Location | None  # a Kafka pipeline's copy of the records it read, kept until they are decoded
@@ -198,7 +197,7 @@ def read_stage(run: PipelineRun) -> ReadSlice:
     warehouse.write_json_atomically(run.run_dir / MANIFEST_FILE, manifest)
     read_from = f"{len(files)} topics" if pipeline.archive.layout == "kafka" else f"{len(files)} files"
     run.clock.lap("read", manifest["records"], unit=f"records selected from {read_from}")
-    return ReadSlice(files, selected, manifest, staging)
+    return ReadSlice(selected, manifest, staging)
 
 
 def unchanged_summary(run: PipelineRun, read: ReadSlice) -> RunSummary:
