@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
+import sys
 from datetime import UTC, datetime
 
 import pytest
@@ -212,6 +214,16 @@ def test_the_drivers_tests_launch_compile_little_and_the_suites_session_compiles
     assert set(SHORT_JVM_OPTIONS).isdisjoint(runtime.getInputArguments())
     assert spark.conf.get("spark.sql.codegen.factoryMode") == "FALLBACK"
     assert spark.conf.get("spark.sql.codegen.wholeStage") == "true"
+    # A driver started as the tests start theirs takes the options: Spark reads its `-Dspark.*` properties as settings.
+    probe = (
+        "from cdcreplay.spark import build_session; s = build_session('probe', master='local[1]'); "
+        "args = list(s.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()); "
+        "print('-XX:TieredStopAtLevel=1' in args, s.conf.get('spark.sql.codegen.factoryMode'), "
+        "s.conf.get('spark.sql.codegen.wholeStage'))"
+    )
+    launched = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert launched.returncode == 0, launched.stderr[-2000:]
+    assert launched.stdout.split()[-3:] == ["True", "NO_CODEGEN", "false"]
 
 
 def test_set_up_keeps_an_archive_made_from_the_same_jdk_pyspark_and_jars(tmp_path, monkeypatch, capsys):

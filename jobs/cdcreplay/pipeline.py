@@ -105,7 +105,7 @@ class StageClock:
         self._since = now
 
 
-@dataclass
+@dataclass(frozen=True)
 class PipelineRun:
     """What the stages of one run share: its settings, the pipeline's folders, the published pointer it builds on
     (None before the first publish), its own folder and its clock."""
@@ -202,7 +202,7 @@ def read_stage(run: PipelineRun) -> ReadSlice:
 
 def unchanged_summary(run: PipelineRun, read: ReadSlice) -> RunSummary:
     """The summary of a run with nothing to decode (a dry run, or an interval with no records): the published state
-    stays as it is."""
+    stays as it is, and a Kafka pipeline's copy of the records read is removed."""
     if read.staging is not None:
         read.staging.remove_tree()
     summary = _summary(run, read.manifest)
