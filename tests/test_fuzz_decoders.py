@@ -49,6 +49,7 @@ pytestmark = pytest.mark.timeout(600)
 READERS = {
     "canal-json:reader=spark": ("canal-json", {"reader": "spark"}),
     "debezium-json:reader=spark": ("debezium-json", {"reader": "spark"}),
+    "dts-shareplex-json:reader=spark": ("dts-shareplex-json", {"reader": "spark"}),
 }
 FORMATS = sorted(REGISTRY) + sorted(READERS)
 CONFORMANCE = Path(__file__).parent / "data" / "conformance"

@@ -75,6 +75,15 @@ REGISTRY: dict[str, FormatSpec] = {
     "dts-shareplex-json": FormatSpec(
         "cdcreplay.formats.dts_shareplex_json",
         "Alibaba DTS Shareplex JSON (keys and column types from tables.<t>: the format carries neither)",
+        {
+            "reader": FormatOption(
+                "choice",
+                "auto (default), spark or python: spark has Spark's JSON reader decode the row changes it can "
+                "render exactly and Python the rest, python decodes every record in Python, auto is spark for a run "
+                "of at least 500,000 records and python below (the same rows either way)",
+                ("auto", "python", "spark"),
+            ),
+        },
     ),
     "dts-avro": FormatSpec(
         "cdcreplay.formats.dts_avro",

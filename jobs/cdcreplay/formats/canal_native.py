@@ -39,6 +39,13 @@ from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
 from cdcreplay.formats.envelopes.canal_layout import FORMAT_ID, LAYOUT_LEGACY, ROW_TYPES, layout_of
 from cdcreplay.formats.routing import KIND_CHANGE, table_id_of
+from cdcreplay.formats.values.native_forms import (
+    ANY_TEXT,
+    MAX_DECIMAL_PRECISION,
+    VALUE_FORMS,
+    decimal_form,
+    decimal_type,
+)
 from cdcreplay.formats.wire import native_json as N
 from cdcreplay.value_types import mysql_type_name_to_spark
 
@@ -63,73 +70,23 @@ QUOTE_BLANK = '"[ \\t\\n\\r]'
 SEPARATOR, NULL_MARK, COLUMN_SEPARATOR = "\u0001", "\u0002", "\u0003"
 # Source event time in milliseconds that the Python decoder can hold (years 1..9999); outside, both write NULL.
 MIN_MILLIS, MAX_MILLIS = -62135596800000, 253402300799999
-# The Python check rounds a decimal in a 28-digit context: a wider decimal type is left to it.
-MAX_DECIMAL_PRECISION = 28
-
-
-def integers_up_to(limit: int) -> str:
-    """A regular expression for the unsigned decimal texts of the integers 0..``limit`` (leading zeros allowed up to
-    ``limit``'s number of digits): every shorter text, and at ``limit``'s length a digit-by-digit comparison."""
-    digits = str(limit)
-    forms = [f"[0-9]{{1,{len(digits) - 1}}}"] if len(digits) > 1 else []
-    for index, digit in enumerate(digits):
-        if digit != "0":
-            rest = len(digits) - index - 1
-            forms.append(digits[:index] + f"[0-{int(digit) - 1}]" + (f"[0-9]{{{rest}}}" if rest else ""))
-    forms.append(digits)
-    return "(?:" + "|".join(forms) + ")"
-
-
-def _signed_range(bits: int) -> str:
-    return f"(?:{integers_up_to(2 ** (bits - 1) - 1)}|-{integers_up_to(2 ** (bits - 1))})"
-
-
-# A calendar date of years 1..9999: February 29 only of a leap year (divisible by 4, and by 400 at a century).
-_DATE = (
-    r"(?:(?:000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})-"
-    r"(?:(?:0[1-9]|1[0-2])-(?:0[1-9]|1[0-9]|2[0-8])|(?:0[13-9]|1[0-2])-(?:29|30)|(?:0[13578]|1[02])-31)"
-    r"|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)-02-29)"
-)
-_TIME = r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,6})?"
-_REAL = r"-?[0-9]{1,40}(?:\.[0-9]{1,40})?(?:[eE][+-]?[0-9]{1,3})?"
-# Canonical text each Spark type's check accepts natively: the text alone decides (ranges and the calendar are in
-# the expression), and it accepts a subset of what ``value_checks`` accepts, so whatever it refuses is Python's.
-VALUE_FORMS = {
-    "boolean": "(?:0|1|true|false)",
-    "int": _signed_range(32),
-    "bigint": _signed_range(64),
-    "float": _REAL,
-    "double": _REAL,
-    "date": _DATE,
-    "timestamp": f"{_DATE}(?: {_TIME})?",
-    "timestamp_ntz": f"{_DATE}(?: {_TIME})?",
-    "binary": "[\\x00\\x04-\\xff]*",  # Latin-1 text of the bytes: every character one byte
-}
-# Any text but the separators below (a key column of type string).
-ANY_TEXT = "[^\\x01-\\x03]*"
-
-
-def decimal_form(precision: int, scale: int) -> str:
-    """The texts of decimal(precision, scale) that fit it after rounding to its scale: with fewer integer digits than
-    it holds, any fraction (rounding cannot carry into a digit it lacks); with all of them, at most ``scale``."""
-    whole = precision - scale
-    if whole == 0:
-        return f"-?0(?:\\.[0-9]{{1,{scale}}})?"
-    fraction = f"(?:\\.[0-9]{{1,{scale}}})?" if scale else ""
-    shorter = f"[0-9]{{1,{whole - 1}}}(?:\\.[0-9]{{1,40}})?|" if whole > 1 else ""
-    return f"-?(?:{shorter}[0-9]{{{whole}}}{fraction})"
+# Canal prints binary columns as ISO-8859-1 text of the bytes (``_as_base64`` converts it): every character one byte.
+LATIN1_BYTES = "[\\x00\\x04-\\xff]*"
 
 
 def value_form(spark_type: str) -> str | None:
     """The regular expression a value of ``spark_type`` must match to be decoded natively; None for a type without
     a native check (its plan is left to Python)."""
-    if spark_type.startswith("decimal("):
-        precision, scale = (int(part) for part in spark_type[len("decimal(") : -1].split(","))
+    decimal = decimal_type(spark_type)
+    if decimal is not None:
+        precision, scale = decimal
         if not 1 <= precision <= MAX_DECIMAL_PRECISION or scale > precision:
             return None
         return decimal_form(precision, scale)
     if spark_type == "string":
         return ANY_TEXT
+    if spark_type == "binary":
+        return LATIN1_BYTES
     return VALUE_FORMS.get(spark_type)
 
 
@@ -301,12 +258,6 @@ def _as_base64(image: Column, columns: list[str]) -> Column:
     return image
 
 
-def _occurrences(text: Column, character: str) -> Column:
-    """How often ``character`` occurs in ``text``. (A split at one escaped character is Java's fast path, without a
-    regular expression: about ten times cheaper than counting by a substring replace.)"""
-    return F.size(F.split(text, "\\" + character)) - 1
-
-
 # A member whose value does not start as a string, null, object, array or boolean does: a number token.
 NUMBER_MEMBER = '":[^"n{\\[tf]'
 
@@ -373,10 +324,10 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[TableP
     shaped = (
         text_col.startswith("{")
         & text_col.endswith("}")
-        & (_occurrences(text_col, "{") == braces)
-        & (_occurrences(text_col, "}") == braces)
-        & (_occurrences(text_col, "[") == brackets)
-        & (_occurrences(text_col, "]") == brackets)
+        & (N.occurrences(text_col, "{") == braces)
+        & (N.occurrences(text_col, "}") == braces)
+        & (N.occurrences(text_col, "[") == brackets)
+        & (N.occurrences(text_col, "]") == brackets)
     )
     checks = N.per_plan(plan, [_plan_checks(p, F.col("_c"), message, is_update) for p in plan_list], F.lit(False))
     envelope_ok = (

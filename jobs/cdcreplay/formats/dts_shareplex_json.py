@@ -1,5 +1,7 @@
 """Alibaba DTS "Shareplex Json" (docs/format-spec.md section a2). Decoded in Python (``python_rows``):
-one JSON parse per message, read as Spark's from_json read it (``from_json_in_python``).
+one JSON parse per message, read as Spark's from_json read it (``from_json_in_python``). With ``options.reader``
+spark (auto: from 500,000 records) Spark's JSON reader decodes the row changes ``dts_shareplex_native`` vouches for,
+and this decoder the rest.
 
 A message is ``{meta: {time, userid, op, scn, rowid, trans, seq, size, table, idx, posttime}, data, key}``:
   ins / INSERT              `data` is the new row.
@@ -37,6 +39,18 @@ from pyspark.sql import DataFrame
 
 from cdcreplay import schema as S
 from cdcreplay.config import ConfigError, PipelineConfig
+from cdcreplay.formats import dts_shareplex_native
+from cdcreplay.formats.envelopes.shareplex_message import (
+    BEFORE_OPS,
+    DELETE_OPS,
+    DROP_COLUMN_OPS,
+    FORMAT_ID,
+    INSERT_OPS,
+    KNOWN_OPS,
+    TRUNCATE_OPS,
+    UPDATE_OPS,
+    table_identity,
+)
 from cdcreplay.formats.python_rows import (
     RawRecord,
     change,
@@ -56,18 +70,9 @@ from cdcreplay.formats.wire.from_json_in_python import (
     text_map,
     texts_of,
 )
-
-FORMAT_ID = "dts-shareplex-json"
+from cdcreplay.formats.wire.native_json import decode_by_reader, reader_chooses_native, sample_rate
 
 META_FIELDS = ("time", "userid", "op", "scn", "rowid", "trans", "seq", "size", "table", "idx", "posttime")
-# Normalized op (upper case, one space between words) -> what it means.
-INSERT_OPS = ("INS", "INSERT")
-UPDATE_OPS = ("UPD", "UPDATE", "UPDATE AFTER")
-DELETE_OPS = ("DEL", "DELETE")
-BEFORE_OPS = ("UPDATE BEFORE",)
-TRUNCATE_OPS = ("TRUNCATE",)
-DROP_COLUMN_OPS = ("DROP COLUMN",)
-KNOWN_OPS = "ins, upd, del, INSERT, UPDATE, DELETE, UPDATE BEFORE, UPDATE AFTER, TRUNCATE, DROP COLUMN"
 
 
 def check_config(pipeline: PipelineConfig) -> None:
@@ -94,8 +99,6 @@ def check_config(pipeline: PipelineConfig) -> None:
 
 
 _OP_SEPARATORS = re.compile(r"[ \t\n\x0b\f\r_]+")
-# Java's `(.*)$` (what the table name was cut with): no line terminator inside, at most one ending the text.
-_TABLE = re.compile(r"[^.]*\.([^\n\r\u0085\u2028\u2029]*)(?:\r\n|[\n\r\u0085\u2028\u2029])?\Z")
 
 
 def _normalized_op(op: str | None) -> str | None:
@@ -126,11 +129,7 @@ def decode_record(tables: dict[str, tuple[list[str], dict[str, str]]], record: R
 
 def _entries(tables: dict, meta: dict, data: dict | None, before_key: dict | None) -> list[dict]:
     qualified = meta["table"]
-    schema, table = None, qualified
-    if qualified is not None and "." in qualified:
-        schema = qualified.split(".", 1)[0]
-        cut = _TABLE.match(qualified)
-        table = cut.group(1) if cut else ""
+    schema, table = table_identity(qualified)
     identity = {"schema": schema, "table": table}
     key_columns, types = tables.get(table_id_of(None, schema, table), (None, None))
     op, op_name = meta["op"], _normalized_op(meta["op"])
@@ -205,7 +204,8 @@ def _json_map(image: dict[str, str | None]) -> str:
     return "{" + ",".join(f"{json_string(k)}:{'null' if v is None else json_string(v)}" for k, v in image.items()) + "}"
 
 
-def decode(records: DataFrame, pipeline: PipelineConfig, *, base_state: DataFrame | None = None) -> DataFrame:
+def decode_in_python(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
+    """Every record through the Python decoder (the reference the native path is held to)."""
     check_config(pipeline)
     tables = {
         table_id: (list(table.primary_key), dict(table.column_types))
@@ -213,3 +213,21 @@ def decode(records: DataFrame, pipeline: PipelineConfig, *, base_state: DataFram
         if table.primary_key or table.column_types
     }
     return decode_with_python(records, partial(decode_record, tables), pipeline)
+
+
+def reads_natively(pipeline: PipelineConfig, record_count: int | None = None) -> bool:
+    """Whether Spark's JSON reader decodes what ``dts_shareplex_native`` vouches for, the Python decoder the rest
+    (``native_json.reader_chooses_native``)."""
+    return reader_chooses_native(pipeline, record_count)
+
+
+def decode_natively(records: DataFrame, pipeline: PipelineConfig, record_count: int | None = None) -> DataFrame | None:
+    """Every record with its native decoding and the ``native`` flag (``native_json``), or None when no configured
+    table has a native plan (then every record goes to Python without a parse for nothing)."""
+    check_config(pipeline)
+    plans = dts_shareplex_native.table_plans(records, pipeline, sample_rate(record_count))
+    return dts_shareplex_native.native_rows(records, pipeline, plans) if plans else None
+
+
+def decode(records: DataFrame, pipeline: PipelineConfig, *, base_state: DataFrame | None = None) -> DataFrame:
+    return decode_by_reader(records, pipeline, reads_natively, decode_natively, decode_in_python)

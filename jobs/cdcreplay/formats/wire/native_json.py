@@ -78,6 +78,13 @@ def plain_numbers(text: Column) -> Column:
     return ~text.rlike(_RISKY_NUMBER)
 
 
+def plain_member_numbers(text: Column) -> Column:
+    """:func:`plain_numbers` for a text that holds no array: there every number token is a member's value, right
+    after its name's closing quote and colon, so a time of day inside a string value ("06:40:05.690") is not taken
+    for one."""
+    return ~text.rlike(r'"\s*:\s*' + RISKY_TOKEN)
+
+
 def reads_like_rendered_number(value: Column) -> Column:
     """A string value that may be a number token the reader rewrote, or nested JSON (false for NULL)."""
     return F.coalesce(value.rlike(RENDERED_NUMBER), F.lit(False))
@@ -94,6 +101,12 @@ def parse(text: Column, ddl: str) -> Column:
     """``from_json`` with the options every native decoder uses; the struct has ``_corrupt`` set when the text is
     not a JSON object of that shape (a field of another JSON type included)."""
     return F.from_json(text, f"{ddl}, {CORRUPT_FIELD} string", JSON_OPTIONS)
+
+
+def occurrences(text: Column, character: str) -> Column:
+    """How often ``character`` occurs in ``text``. (A split at one escaped character is Java's fast path, without a
+    regular expression: about ten times cheaper than counting by a substring replace.)"""
+    return F.size(F.split(text, "\\" + character)) - 1
 
 
 def one_object(text: Column) -> Column:
