@@ -50,6 +50,8 @@ READERS = {
     "canal-json:reader=spark": ("canal-json", {"reader": "spark"}),
     "debezium-json:reader=spark": ("debezium-json", {"reader": "spark"}),
     "dts-shareplex-json:reader=spark": ("dts-shareplex-json", {"reader": "spark"}),
+    "drs-json-mysql:reader=spark": ("drs-json-mysql", {"reader": "spark"}),
+    "drs-json-rdbms:reader=spark": ("drs-json-rdbms", {"reader": "spark"}),
 }
 FORMATS = sorted(REGISTRY) + sorted(READERS)
 CONFORMANCE = Path(__file__).parent / "data" / "conformance"

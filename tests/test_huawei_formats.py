@@ -27,6 +27,7 @@ from cdcreplay.config import ConfigError, PipelineConfig
 from cdcreplay.entrypoints import EXIT_OK, replay_main
 from cdcreplay.formats import dataworks_json, decoder, drs_json, dts_shareplex_json
 from cdcreplay.formats.drs_avro import split_table_name
+from cdcreplay.formats.envelopes.drs_variants import VARIANTS
 from cdcreplay.formats.python_rows import DecodeError, RawRecord, safe_decode
 from cdcreplay.formats.wire.avro_wire import fingerprint
 from cdcreplay.formats.wire.from_json_in_python import json_document, text
@@ -473,7 +474,7 @@ def test_the_json_reader_keeps_jacksons_limits():
     ("decode_record", "payload"),
     [
         (
-            lambda record: drs_json.decode_record(drs_json.VARIANTS["drs-json-mysql"], "UTC", {}, {}, record),
+            lambda record: drs_json.decode_record(VARIANTS["drs-json-mysql"], "UTC", {}, {}, record),
             '{"type": "INSERT", "table": "t", "data": {"id": "1"}}',  # data: an array of rows
         ),
         (partial(dts_shareplex_json.decode_record, {}), '{"meta": {"op": "I"}, "data": ["1"]}'),  # data: an object

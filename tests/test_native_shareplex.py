@@ -134,6 +134,7 @@ CORNER_CASES = [  # (message, taken natively)
     (_message("ins", ROW | {"B": "1.50000"}), False),  # not rounded, but beyond the native form: Python judges
     (_message("ins", ROW | {"B": "1234.5"}), False),  # too wide
     (_message("ins", ROW | {"C": "2024-01-02 10:00:00"}), False),  # the cast would drop the time
+    (_message("ins", ROW | {"C": "2024-01-02 00:00:00"}), True),  # midnight: nothing to drop
     (_message("ins", ROW | {"C": "2023-02-29"}), False),
     (_message("ins", ROW | {"N": "2147483648"}), False),
     (_message("ins", ROW | {"ID": "x"}), False),

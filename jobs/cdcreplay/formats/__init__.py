@@ -42,6 +42,20 @@ class FormatSpec:
     options: dict[str, FormatOption] = field(default_factory=dict)
 
 
+def _native_json_reader(takes: str) -> FormatOption:
+    """The ``reader`` option of a JSON format with a native path (``formats.wire.native_json``)."""
+    return FormatOption(
+        "choice",
+        f"auto (default), spark or python: spark has Spark's JSON reader decode {takes} and Python the rest, "
+        "python decodes every record in Python, auto is spark for a run of at least 500,000 records and python "
+        "below (the same rows either way)",
+        ("auto", "python", "spark"),
+    )
+
+
+DRS_JSON_READER = _native_json_reader(
+    "the row changes of tables without binary or TIMESTAMP columns it can render exactly"
+)
 REGISTRY: dict[str, FormatSpec] = {
     "debezium-json": FormatSpec(
         "cdcreplay.formats.debezium_json",
@@ -75,15 +89,7 @@ REGISTRY: dict[str, FormatSpec] = {
     "dts-shareplex-json": FormatSpec(
         "cdcreplay.formats.dts_shareplex_json",
         "Alibaba DTS Shareplex JSON (keys and column types from tables.<t>: the format carries neither)",
-        {
-            "reader": FormatOption(
-                "choice",
-                "auto (default), spark or python: spark has Spark's JSON reader decode the row changes it can "
-                "render exactly and Python the rest, python decodes every record in Python, auto is spark for a run "
-                "of at least 500,000 records and python below (the same rows either way)",
-                ("auto", "python", "spark"),
-            ),
-        },
+        {"reader": _native_json_reader("the row changes of configured tables it can render exactly")},
     ),
     "dts-avro": FormatSpec(
         "cdcreplay.formats.dts_avro",
@@ -108,11 +114,13 @@ REGISTRY: dict[str, FormatSpec] = {
     "drs-json-mysql": FormatSpec(
         "cdcreplay.formats.drs_json_mysql",
         "Huawei DRS JSON for MySQL / GaussDB(for MySQL) (canal-like; full before image in `old`, DELETE row in `old`)",
+        {"reader": DRS_JSON_READER},
     ),
     "drs-json-c": FormatSpec(
         "cdcreplay.formats.drs_json_c",
         "Huawei DRS JSON-C for MySQL / GaussDB(for MySQL) (DELETE row in `data`, TIMESTAMP as wall-clock text)",
         {
+            "reader": DRS_JSON_READER,
             "timestamp_zone": FormatOption(
                 "text",
                 "time zone of the wall-clock text DRS writes for MySQL TIMESTAMP columns, e.g. Asia/Shanghai "
@@ -123,6 +131,7 @@ REGISTRY: dict[str, FormatSpec] = {
     "drs-json-rdbms": FormatSpec(
         "cdcreplay.formats.drs_json_rdbms",
         "Huawei DRS JSON for Oracle / PostgreSQL / GaussDB / SQL Server (`columnType`, `schema`, `opType`)",
+        {"reader": DRS_JSON_READER},
     ),
     "drs-dds-json": FormatSpec(
         "cdcreplay.formats.drs_dds_json",

@@ -184,7 +184,7 @@ def table_plans(records: DataFrame, pipeline: PipelineConfig, every: int = 1) ->
 # --- per-plan expressions ----------------------------------------------------------------------------------------
 
 
-def _array_of(values) -> Column:
+def array_of(values) -> Column:
     return F.array(*[F.lit(v) for v in values]).cast("array<string>")
 
 
@@ -193,17 +193,17 @@ def _matches(message: Column, plan: TablePlan) -> Column:
     names = [name for name, _ in plan.mysql_types]
     types = [mysql_type for _, mysql_type in plan.mysql_types]
     pk = message["pkNames"]
-    pk_same = pk.isNull() if plan.pk_names is None else (pk == _array_of(plan.pk_names))
+    pk_same = pk.isNull() if plan.pk_names is None else (pk == array_of(plan.pk_names))
     return (
         message["database"].eqNullSafe(F.lit(plan.db).cast("string"))
         & (message["table"] == F.lit(plan.table))
-        & (F.map_keys(message["mysqlType"]) == _array_of(names))
-        & (F.map_values(message["mysqlType"]) == _array_of(types))
+        & (F.map_keys(message["mysqlType"]) == array_of(names))
+        & (F.map_values(message["mysqlType"]) == array_of(types))
         & F.coalesce(pk_same, F.lit(False))
     )
 
 
-def _values_text(rows: Column, names: list[str]) -> Column:
+def values_text(rows: Column, names: list[str]) -> Column:
     """The values of the columns ``names`` across ``rows`` (row by row, as structs) as one text: a column's values
     joined by SEPARATOR with NULL as NULL_MARK, the columns joined by COLUMN_SEPARATOR."""
     parts = []
@@ -212,11 +212,12 @@ def _values_text(rows: Column, names: list[str]) -> Column:
     return F.concat(*parts)
 
 
-def _values_pattern(plan: TablePlan, key_required: bool) -> str:
+def values_pattern(plan, key_required: bool) -> str:
     """The regular expression :func:`_values_text` of the plan's checked columns must match: each value of its type's
     form or NULL (a key column's never NULL when ``key_required``). A value must end at a separator (the lookahead),
     so the repetition of a column's values never needs to give one back: it is possessive, which keeps Java's matcher
-    from stacking a backtracking state per value."""
+    from stacking a backtracking state per value. ``plan``: a table plan with ``checked``, ``types`` and
+    ``key_columns`` (DRS JSON's too, ``drs_native``)."""
     ends = f"(?=[{SEPARATOR}{COLUMN_SEPARATOR}]|\\z)"
     columns = []
     for name in plan.checked:
@@ -232,17 +233,17 @@ def _plan_checks(plan: TablePlan, columns: Column, message: Column, is_update: C
     values per image, so that a plan costs a few expressions, whatever its number of columns: every plan's check
     sits in one generated projection, which must stay below the JVM's 64 KB method limit."""
     # A key value missing from a row (or a null row) would be a missing_key quarantine in Python.
-    ok = _values_text(columns["data"], plan.checked).rlike(_values_pattern(plan, key_required=True))
+    ok = values_text(columns["data"], plan.checked).rlike(values_pattern(plan, key_required=True))
     old_json = F.to_json(message["old"])
     for name in plan.key_columns:
         # `old` naming a key column with null says the before image had no key: Python quarantines the move.
         ok = ok & ~(is_update & F.coalesce(old_json.contains(f'"{name}":null'), F.lit(False)))
     # `old` is read only for an UPDATE (its values become the before image's); a column it does not name is NULL.
-    old_ok = _values_text(columns["old"], plan.checked).rlike(_values_pattern(plan, key_required=False))
+    old_ok = values_text(columns["old"], plan.checked).rlike(values_pattern(plan, key_required=False))
     return ok & (~is_update | message["old"].isNull() | old_ok)
 
 
-def _columns_schema(plans: list[TablePlan]) -> StructType:
+def columns_schema(plans: list[TablePlan]) -> StructType:
     """`data` and `old` rows as structs of every plan's checked columns (a name shared by tables is one field)."""
     names = list(dict.fromkeys(name for plan in plans for name in plan.checked))
     row = StructType([StructField(name, StringType()) for name in names])
@@ -262,7 +263,7 @@ def _as_base64(image: Column, columns: list[str]) -> Column:
 NUMBER_MEMBER = '":[^"n{\\[tf]'
 
 
-def _number_members(text: Column) -> Column:
+def number_members(text: Column) -> Column:
     """Members written `"name":<number>` in compact JSON (an upper bound: text inside a string can only add)."""
     return F.regexp_count(text, F.lit(NUMBER_MEMBER))
 
@@ -277,12 +278,12 @@ def _numbers_as_written(text: Column, message: Column) -> Column:
     compact = ~text.rlike(QUOTE_BLANK)
     sql_type = message["sqlType"]
     expected = sum(F.when(message[name].isNotNull(), 1).otherwise(0) for name in ("es", "id", "ts"))
-    expected = expected + F.coalesce(_number_members(sql_type), F.lit(0))
+    expected = expected + F.coalesce(number_members(sql_type), F.lit(0))
     plain_sql_type = sql_type.isNull() | ~sql_type.contains("\\")
-    return compact & plain_sql_type & (_number_members(text) == expected)
+    return compact & plain_sql_type & (number_members(text) == expected)
 
 
-def _count(values: Column) -> Column:
+def count_of(values: Column) -> Column:
     return F.when(values.isNotNull(), F.size(values)).otherwise(F.lit(0))
 
 
@@ -298,9 +299,9 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[TableP
     for index, plan in reversed(list(enumerate(plan_list))):
         plan_index = F.when(_matches(message, plan), F.lit(index)).otherwise(plan_index)
     planned = parsed.select("*", F.coalesce(plan_index, F.lit(-1)).alias("_plan"))
-    columns_schema = _columns_schema(plan_list)
+    rows_schema = columns_schema(plan_list)
     with_columns = planned.select(
-        "*", F.when(F.col("_plan") >= 0, F.from_json(F.col("_text"), columns_schema, N.JSON_OPTIONS)).alias("_c")
+        "*", F.when(F.col("_plan") >= 0, F.from_json(F.col("_text"), rows_schema, N.JSON_OPTIONS)).alias("_c")
     )
 
     plan = F.col("_plan")
@@ -315,8 +316,8 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[TableP
     text_col = F.col("_text")
     braces = (
         1
-        + _count(data)
-        + _count(old)
+        + count_of(data)
+        + count_of(old)
         + F.when(message["mysqlType"].isNotNull(), 1).otherwise(0)
         + F.when(message["sqlType"].startswith("{"), 1).otherwise(0)
     )
@@ -408,7 +409,7 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[TableP
     move_delete = F.col("_move_delete")
     is_delete = move_delete | (F.col("op") == S.OP_DELETE)
     table_id = N.per_plan(plan, [F.lit(p.table_id) for p in plan_list], F.lit(None).cast("string"))
-    key_columns = N.per_plan(plan, [_array_of(p.key_columns) for p in plan_list], F.lit(None).cast("array<string>"))
+    key_columns = N.per_plan(plan, [array_of(p.key_columns) for p in plan_list], F.lit(None).cast("array<string>"))
     column_types = N.per_plan(plan, [N.literal_map(p.types) for p in plan_list], F.lit(None).cast("map<string,string>"))
     out = {
         **{c: F.col(c) for c in ("topic", "partition", "offset")},

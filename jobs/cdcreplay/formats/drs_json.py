@@ -48,6 +48,8 @@ text after the object ignored; numbers over 1000 digits and nesting over 1000 le
 type makes the message unreadable), and timestamp text is parsed as Spark's ``CAST(text AS timestamp)`` parses it. Two
 departures from Spark, as for every JSON format: single-quoted strings are not JSON (``not_json``), and a lone UTF-16
 surrogate escape is not turned into "?": a record whose decoded row would hold one is quarantined ``not_utf8``.
+With ``options.reader`` spark (auto: from 500,000 records) Spark's JSON reader decodes the messages ``drs_native``
+vouches for, and this decoder the rest (:class:`VariantDecoder`).
 """
 
 from __future__ import annotations
@@ -64,7 +66,12 @@ from pyspark.sql import DataFrame
 
 from cdcreplay import schema as S
 from cdcreplay.config import ConfigError, PipelineConfig
+from cdcreplay.formats import drs_native
 from cdcreplay.formats.envelopes.canal_layout import DDL_TYPES, ROW_TYPES
+from cdcreplay.formats.envelopes.drs_variants import (
+    Variant,
+    declared_types,
+)
 from cdcreplay.formats.python_rows import (
     RawRecord,
     change,
@@ -81,7 +88,6 @@ from cdcreplay.formats.values.text_casts import (
     spark_timestamp_micros,
     spark_zone,
     timestamp_text,
-    try_integer,
     wall_clock_to_utc,
 )
 from cdcreplay.formats.wire.from_json_in_python import (
@@ -95,31 +101,7 @@ from cdcreplay.formats.wire.from_json_in_python import (
     text_map,
     text_map_array,
 )
-from cdcreplay.value_types import mysql_type_name_to_spark
-
-FORMAT_MYSQL = "drs-json-mysql"
-FORMAT_JSON_C = "drs-json-c"
-FORMAT_RDBMS = "drs-json-rdbms"
-
-TIMESTAMP_TEXT = "yyyy-MM-dd HH:mm:ss.SSSSSS"  # how a timestamp value is written (Spark's date_format pattern)
-
-
-@dataclass(frozen=True)
-class Variant:
-    """What differs between the registered DRS JSON formats."""
-
-    format_id: str
-    delete_rows: str  # the array holding a DELETE's row: "old" (JSON) or "data" (JSON-C)
-    types_from: str  # "mysql" (mysqlType, then sqlType) or "rdbms" (columnType)
-    mysql_timestamp: str  # MySQL TIMESTAMP rendering: "epoch" seconds (JSON) or "wall_clock" text (JSON-C)
-
-
-VARIANTS = {
-    FORMAT_MYSQL: Variant(FORMAT_MYSQL, "old", "mysql", "epoch"),
-    FORMAT_JSON_C: Variant(FORMAT_JSON_C, "data", "mysql", "wall_clock"),
-    FORMAT_RDBMS: Variant(FORMAT_RDBMS, "old", "rdbms", "epoch"),
-}
-
+from cdcreplay.formats.wire.native_json import decode_by_reader, reader_chooses_native, sample_rate
 
 # --- Spark's text rules the values follow ----------------------------------------------------------------------------
 
@@ -136,65 +118,6 @@ def _java_fullmatch(pattern: re.Pattern, text: str) -> re.Match | None:
             if text.endswith(terminator):
                 return pattern.fullmatch(text[: -len(terminator)])
     return match
-
-
-# --- types ---------------------------------------------------------------------------------------------------------
-
-_JDBC_TYPES = {-6: "int", 5: "int", 4: "int", -5: "bigint", 7: "float", 6: "double", 8: "double", 16: "boolean"}
-_JDBC_TYPES.update({91: "date", -2: "binary", -3: "binary", -4: "binary", 2004: "binary"})
-
-
-def jdbc_code_to_spark(code: str | None) -> str:
-    """``sqlType`` (java.sql.Types) -> Spark type, used only for a column ``mysqlType`` does not name.
-
-    Codes whose meaning DRS bends are strings: the vendor sample reports DATETIME as 94 and TIMESTAMP as 93, and
-    DECIMAL (3) comes without precision. TINYINT(-6)/SMALLINT(5)/INTEGER(4) int, BIGINT(-5) bigint, REAL(7) float,
-    FLOAT(6)/DOUBLE(8) double, BOOLEAN(16) boolean, DATE(91) date, BINARY(-2)/VARBINARY(-3)/LONGVARBINARY(-4)/BLOB(2004)
-    binary, everything else string.
-    """
-    return _JDBC_TYPES.get(try_integer(code, 32) if code is not None else None, "string")
-
-
-_RDBMS_TYPES = {
-    **dict.fromkeys(("boolean", "bool"), "boolean"),
-    **dict.fromkeys(("smallint", "int2", "tinyint", "smallserial"), "smallint"),
-    **dict.fromkeys(("integer", "int", "int4", "serial"), "int"),
-    **dict.fromkeys(("bigint", "int8", "bigserial"), "bigint"),
-    **dict.fromkeys(("real", "float4"), "float"),
-    **dict.fromkeys(("double precision", "float8"), "double"),
-    "date": "date",
-    **dict.fromkeys(("timestamp", "timestamp without time zone"), "timestamp_ntz"),
-    **dict.fromkeys(("timestamp with time zone", "timestamptz"), "timestamp"),
-    "bytea": "binary",
-}
-
-
-def rdbms_type_to_spark(type_name: str | None) -> str:
-    """A ``columnType`` name (PostgreSQL / GaussDB spelling, no length) -> Spark type.
-
-    boolean/bool boolean; smallint/int2/tinyint smallint; integer/int/int4/serial int; bigint/int8/bigserial bigint;
-    real/float4 float; double precision/float8 double; date date; timestamp [without time zone] timestamp_ntz;
-    timestamp with time zone/timestamptz timestamp; bytea binary. numeric/decimal (no precision here), money, time,
-    interval, character types, json/jsonb, ranges, bit, uuid, xml and anything else: string, exact text. An empty
-    name (Oracle, SQL Server) is a string too; ``tables.<t>.column_types`` declares the real type.
-    """
-    if type_name is None:
-        return "string"
-    return _RDBMS_TYPES.get(type_name.strip(" ").lower(), "string")
-
-
-def _mysql_type(type_name: str | None) -> str:
-    return "string" if type_name is None else mysql_type_name_to_spark(type_name)
-
-
-def _declared_types(maps: dict, variant: Variant) -> dict[str, str]:
-    if variant.types_from == "rdbms":
-        return {c: rdbms_type_to_spark(t) for c, t in (maps["columnType"] or {}).items()}
-    mysql_types = maps["mysqlType"] or {}
-    # sqlType's JDBC code types only a column mysqlType does not name.
-    declared = {c: jdbc_code_to_spark(code) for c, code in (maps["sqlType"] or {}).items() if c not in mysql_types}
-    declared.update((c, _mysql_type(t)) for c, t in mysql_types.items())
-    return declared
 
 
 # --- values --------------------------------------------------------------------------------------------------------
@@ -377,7 +300,7 @@ def _message_entries(message: dict, variant: Variant, zone: str, config_keys: di
         ]
     table_id = table_id_of(db, schema, table)
     # Types and key the config declares win (routing applies them again): values must convert by the same types.
-    types = {**_declared_types(maps, variant), **config_types.get(table_id, {})}
+    types = {**declared_types(maps, variant), **config_types.get(table_id, {})}
     keys = config_keys.get(table_id) or pk_names
     common = {**identity, "key_columns": keys, "column_types": types, **where}
     # JSON for RDBMS may name the operation in `opType` alone.
@@ -413,3 +336,31 @@ def decode_variant(records: DataFrame, pipeline: PipelineConfig, variant: Varian
     configured = Routing.of(pipeline)  # the keys and types the config declares, as routing applies them
     decode = partial(decode_record, variant, zone, configured.keys, configured.types)
     return decode_with_python(records, decode, pipeline)
+
+
+@dataclass(frozen=True)
+class VariantDecoder:
+    """The decode functions of one registered variant (its module binds them: ``drs_json_mysql`` ...): in Python,
+    and with ``options.reader`` spark (auto: from 500,000 records) natively where ``drs_native`` vouches for a
+    record, in Python the rest."""
+
+    variant: Variant
+
+    def decode_in_python(self, records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
+        return decode_variant(records, pipeline, self.variant)
+
+    def reads_natively(self, pipeline: PipelineConfig, record_count: int | None = None) -> bool:
+        return reader_chooses_native(pipeline, record_count)
+
+    def decode_natively(
+        self, records: DataFrame, pipeline: PipelineConfig, record_count: int | None = None
+    ) -> DataFrame | None:
+        """Every record with its native decoding and the ``native`` flag, or None when no table of the input has a
+        plan (then every record goes to Python without a parse for nothing)."""
+        if self.variant.mysql_timestamp == "wall_clock":
+            timestamp_zone_of(pipeline)
+        plans = drs_native.table_plans(records, pipeline, self.variant, sample_rate(record_count))
+        return drs_native.native_rows(records, pipeline, self.variant, plans) if plans else None
+
+    def decode(self, records: DataFrame, pipeline: PipelineConfig, *, base_state: DataFrame | None = None) -> DataFrame:
+        return decode_by_reader(records, pipeline, self.reads_natively, self.decode_natively, self.decode_in_python)

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
-
 from cdcreplay.config import PipelineConfig
-from cdcreplay.formats.drs_json import FORMAT_JSON_C, VARIANTS, decode_variant, timestamp_zone_of
+from cdcreplay.formats.drs_json import VariantDecoder, timestamp_zone_of
+from cdcreplay.formats.envelopes.drs_variants import FORMAT_JSON_C, VARIANTS
 
 FORMAT_ID = FORMAT_JSON_C
+_DECODER = VariantDecoder(VARIANTS[FORMAT_ID])
+decode_in_python, reads_natively, decode_natively, decode = (
+    _DECODER.decode_in_python,
+    _DECODER.reads_natively,
+    _DECODER.decode_natively,
+    _DECODER.decode,
+)
 
 
 def check_config(pipeline: PipelineConfig) -> None:
     timestamp_zone_of(pipeline)
-
-
-def decode(records: DataFrame, pipeline: PipelineConfig, *, base_state: DataFrame | None = None) -> DataFrame:
-    return decode_variant(records, pipeline, VARIANTS[FORMAT_ID])

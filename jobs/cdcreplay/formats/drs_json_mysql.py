@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
-
-from cdcreplay.config import PipelineConfig
-from cdcreplay.formats.drs_json import FORMAT_MYSQL, VARIANTS, decode_variant
+from cdcreplay.formats.drs_json import VariantDecoder
+from cdcreplay.formats.envelopes.drs_variants import FORMAT_MYSQL, VARIANTS
 
 FORMAT_ID = FORMAT_MYSQL
-
-
-def decode(records: DataFrame, pipeline: PipelineConfig, *, base_state: DataFrame | None = None) -> DataFrame:
-    return decode_variant(records, pipeline, VARIANTS[FORMAT_ID])
+_DECODER = VariantDecoder(VARIANTS[FORMAT_ID])
+decode_in_python, reads_natively, decode_natively, decode = (
+    _DECODER.decode_in_python,
+    _DECODER.reads_natively,
+    _DECODER.decode_natively,
+    _DECODER.decode,
+)

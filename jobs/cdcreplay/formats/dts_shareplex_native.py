@@ -61,8 +61,6 @@ def value_form(spark_type: str) -> str | None:
         return exact_decimal_form(*decimal)
     if spark_type == "string":
         return ANY_TEXT
-    if spark_type in ("tinyint", "smallint"):  # value_checks holds them to int's range, as the typed table's cast
-        return VALUE_FORMS["int"]
     if spark_type == "date":
         return VALUE_FORMS["date"]  # a date without a time of day: nothing for the cast to drop
     return VALUE_FORMS.get(spark_type)

@@ -43,9 +43,13 @@ VALUE_FORMS = {
     "boolean": "(?:0|1|true|false)",
     "int": _signed_range(32),
     "bigint": _signed_range(64),
+    # value_checks holds tinyint and smallint to int's range, as the typed table's cast does
+    "tinyint": _signed_range(32),
+    "smallint": _signed_range(32),
     "float": _REAL,
     "double": _REAL,
-    "date": _DATE,
+    # A time of day of midnight is allowed (Oracle's DATE as DRS prints it): the cast drops it and loses nothing.
+    "date": f"{_DATE}(?: 00:00:00)?",
     "timestamp": f"{_DATE}(?: {_TIME})?",
     "timestamp_ntz": f"{_DATE}(?: {_TIME})?",
 }
