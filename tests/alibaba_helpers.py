@@ -33,6 +33,22 @@ ROW_FIELDS = (
 )
 
 
+# The table of DTS's Shareplex documentation samples, as a user declares it (the format carries no keys or types).
+MIO_LOG = {
+    "CL_BIZ1.MIO_LOG": {
+        "primary_key": ["MIO_LOG_ID"],
+        "column_types": {
+            "MIO_LOG_ID": "bigint",
+            "PLNMIO_REC_ID": "string",
+            "POL_CODE": "string",
+            "CNTR_TYPE": "string",
+            "CNTR_NO": "string",
+            "CG_NO": "string",
+        },
+    }
+}
+
+
 def pipeline(fmt: str, tables: dict | None = None, **options) -> PipelineConfig:
     return PipelineConfig(name="alibaba", format=fmt, archive={"path": "unused"}, tables=tables or {}, options=options)
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+from collections import Counter
 from pathlib import Path
 
 from pyspark.sql import functions as F
@@ -56,3 +58,31 @@ def native_flags(module, records, pipeline) -> list[bool]:
     flags = {r.offset: r[N.NATIVE_FLAG] for r in native.select("offset", N.NATIVE_FLAG).collect()}
     native.unpersist()
     return [flags[offset] for offset in sorted(flags)]
+
+
+def decoded_rows(frame) -> Counter:
+    """The decoded rows as a multiset (a key change gives two rows of one record and row index)."""
+    return Counter(
+        json.dumps(r.asDict(), sort_keys=True, default=str) for r in frame.select(*DECODED_COLUMNS).collect()
+    )
+
+
+def native_flags_of_messages(spark, module, values: list[bytes], pipeline) -> list[bool]:
+    """For formats whose message may hold several rows: native rows equal the Python decoder's for the records the
+    native path takes, ``decode`` equals the Python decoder on every record, each record is decoded by exactly one
+    path. ``values``: Kafka values at offsets 0..; returns each record's native flag (all False when no table of the
+    input has a native plan)."""
+    records = records_frame(spark, [(b"t", value, []) for value in values])
+    reference = decoded_rows(module.decode_in_python(records, pipeline))
+    assert decoded_rows(module.decode(records, pipeline)) == reference
+    native = module.decode_natively(records, pipeline)
+    if native is None:
+        return [False] * len(values)
+    native = native.cache()
+    taken = decoded_rows(native.where(F.col(N.NATIVE_FLAG)))
+    assert not taken - reference, f"native rows differ from the Python decoder's: {list(taken - reference)[:2]}"
+    flags = native.groupBy("offset").agg(F.collect_set(N.NATIVE_FLAG).alias("flags")).collect()
+    native.unpersist()
+    assert all(len(r.flags) == 1 for r in flags), "a record is decoded by exactly one path"
+    by_offset = {r.offset: r.flags[0] for r in flags}
+    return [by_offset[offset] for offset in range(len(values))]

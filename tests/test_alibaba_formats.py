@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from alibaba_helpers import decode_values, golden, pipeline, rows, sample
+from alibaba_helpers import MIO_LOG, decode_values, golden, pipeline, rows, sample
 from archive_helpers import Record
 from pyspark.sql import functions as F
 
@@ -118,19 +118,6 @@ def test_canal_legacy_layout_reads_updates_swapped(spark, tmp_path):
 
 # --- DTS Shareplex JSON ----------------------------------------------------------------------------------------------
 
-MIO_LOG = {
-    "CL_BIZ1.MIO_LOG": {
-        "primary_key": ["MIO_LOG_ID"],
-        "column_types": {
-            "MIO_LOG_ID": "bigint",
-            "PLNMIO_REC_ID": "string",
-            "POL_CODE": "string",
-            "CNTR_TYPE": "string",
-            "CNTR_NO": "string",
-            "CG_NO": "string",
-        },
-    }
-}
 T_TYPES = {"ID": "bigint", "A": "string", "B": "decimal(5,2)", "C": "date"}
 SHOP_T = {"SHOP.T": {"primary_key": ["ID"], "column_types": T_TYPES}}
 

@@ -10,13 +10,11 @@ nested values. The pipeline's two-pass write gives the same rows as ``decode``.
 from __future__ import annotations
 
 import json
-from collections import Counter
 from pathlib import Path
 
 import pytest
 from frame_helpers import assert_same_frames
-from native_helpers import records_frame
-from pyspark.sql import functions as F
+from native_helpers import native_flags_of_messages, records_frame
 
 from cdcreplay.config import PipelineConfig
 from cdcreplay.formats import decoder_module
@@ -45,32 +43,8 @@ def _pipeline(fmt: str, tables: dict | None = None, **options) -> PipelineConfig
     )
 
 
-def _rows(frame) -> Counter:
-    """The decoded rows as a multiset (a key change gives two rows of one record and row index)."""
-    return Counter(
-        json.dumps(r.asDict(), sort_keys=True, default=str) for r in frame.select(*DECODED_COLUMNS).collect()
-    )
-
-
 def _compare(spark, values: list[bytes], pipeline: PipelineConfig) -> list[bool]:
-    """Native rows equal the Python decoder's for the records the native path takes; ``decode`` equals the Python
-    decoder on every record; each record is decoded by exactly one path. Returns each record's native flag."""
-    module = decoder_module(pipeline.format)
-    records = records_frame(spark, [(b"t", value, []) for value in values])
-    native = module.decode_natively(records, pipeline)
-    if native is None:  # no table of the input has a plan: every record is Python's, without a native pass
-        assert _rows(module.decode(records, pipeline)) == _rows(module.decode_in_python(records, pipeline))
-        return [False] * len(values)
-    native = native.cache()
-    reference = _rows(module.decode_in_python(records, pipeline))
-    taken = _rows(native.where(F.col(N.NATIVE_FLAG)))
-    assert not taken - reference, f"native rows differ from the Python decoder's: {list(taken - reference)[:2]}"
-    flags = native.groupBy("offset").agg(F.collect_set(N.NATIVE_FLAG).alias("flags")).collect()
-    assert all(len(r.flags) == 1 for r in flags), "a record is decoded by exactly one path"
-    assert _rows(module.decode(records, pipeline)) == reference
-    native.unpersist()
-    by_offset = {r.offset: r.flags[0] for r in flags}
-    return [by_offset[offset] for offset in range(len(values))]
+    return native_flags_of_messages(spark, decoder_module(pipeline.format), values, pipeline)
 
 
 @pytest.mark.parametrize("source", sorted(SOURCES))

@@ -11,13 +11,12 @@ escapes, positions and times the native path leaves to Python. The pipeline's tw
 from __future__ import annotations
 
 import json
-from collections import Counter
 from pathlib import Path
 
 import pytest
+from alibaba_helpers import MIO_LOG
 from frame_helpers import assert_same_frames
-from native_helpers import records_frame
-from pyspark.sql import functions as F
+from native_helpers import native_flags_of_messages, records_frame
 
 from cdcreplay.config import PipelineConfig
 from cdcreplay.formats import dts_shareplex_json, dts_shareplex_native
@@ -30,19 +29,6 @@ from cdcreplay_lab.simulator.encode_shareplex import encode_shareplex_json, pipe
 SAMPLES = Path(__file__).parent / "data" / "conformance" / "vendor-doc-samples" / "alibaba-dts-shareplex-json"
 TYPES = {"ID": "bigint", "A": "string", "B": "decimal(5,2)", "C": "date", "N": "int", "T": "timestamp"}
 SHOP_T = {"SHOP.T": {"primary_key": ["ID"], "column_types": TYPES}}
-MIO_LOG = {
-    "CL_BIZ1.MIO_LOG": {
-        "primary_key": ["MIO_LOG_ID"],
-        "column_types": {
-            "MIO_LOG_ID": "bigint",
-            "PLNMIO_REC_ID": "string",
-            "POL_CODE": "string",
-            "CNTR_TYPE": "string",
-            "CNTR_NO": "string",
-            "CG_NO": "string",
-        },
-    }
-}
 
 
 def _pipeline(tables: dict | None = None, **options) -> PipelineConfig:
@@ -66,28 +52,8 @@ def _message(op="ins", data=None, key=None, table="SHOP.T", scn="100", trans="7.
 ROW = {"ID": "1", "A": "x", "B": "1.50", "C": "2024-01-02", "N": "7", "T": "2024-01-02 03:04:05.123"}
 
 
-def _rows(frame) -> Counter:
-    """The decoded rows as a multiset (a key change gives two rows of one record and row index)."""
-    return Counter(
-        json.dumps(r.asDict(), sort_keys=True, default=str) for r in frame.select(*DECODED_COLUMNS).collect()
-    )
-
-
 def _compare(spark, values: list[bytes], pipeline=None) -> list[bool]:
-    """Native rows equal the Python decoder's for the records the native path takes; ``decode`` equals the Python
-    decoder on every record; each record is decoded by exactly one path. Returns each record's native flag."""
-    pipeline = pipeline or _pipeline()
-    records = records_frame(spark, [(b"T", value, []) for value in values])
-    native = dts_shareplex_json.decode_natively(records, pipeline).cache()
-    reference = _rows(dts_shareplex_json.decode_in_python(records, pipeline))
-    taken = _rows(native.where(F.col(N.NATIVE_FLAG)))
-    assert not taken - reference, f"native rows differ from the Python decoder's: {list(taken - reference)[:2]}"
-    flags = native.groupBy("offset").agg(F.collect_set(N.NATIVE_FLAG).alias("flags")).collect()
-    assert all(len(r.flags) == 1 for r in flags), "a record is decoded by exactly one path"
-    assert _rows(dts_shareplex_json.decode(records, pipeline)) == reference
-    native.unpersist()
-    by_offset = {r.offset: r.flags[0] for r in flags}
-    return [by_offset[offset] for offset in range(len(values))]
+    return native_flags_of_messages(spark, dts_shareplex_json, values, pipeline or _pipeline())
 
 
 @pytest.mark.parametrize("long_ops", [False, True])

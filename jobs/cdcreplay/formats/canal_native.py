@@ -38,7 +38,7 @@ from pyspark.sql.types import ArrayType, StringType, StructField, StructType
 from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
 from cdcreplay.formats.envelopes.canal_layout import FORMAT_ID, LAYOUT_LEGACY, ROW_TYPES, layout_of
-from cdcreplay.formats.routing import KIND_CHANGE, table_id_of
+from cdcreplay.formats.routing import table_id_of
 from cdcreplay.formats.values.native_forms import (
     ANY_TEXT,
     MAX_DECIMAL_PRECISION,
@@ -322,14 +322,7 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[TableP
         + F.when(message["sqlType"].startswith("{"), 1).otherwise(0)
     )
     brackets = sum(F.when(message[name].isNotNull(), 1).otherwise(0) for name in ("data", "old", "pkNames"))
-    shaped = (
-        text_col.startswith("{")
-        & text_col.endswith("}")
-        & (N.occurrences(text_col, "{") == braces)
-        & (N.occurrences(text_col, "}") == braces)
-        & (N.occurrences(text_col, "[") == brackets)
-        & (N.occurrences(text_col, "]") == brackets)
-    )
+    shaped = N.containers_accounted_for(text_col, braces, brackets)
     checks = N.per_plan(plan, [_plan_checks(p, F.col("_c"), message, is_update) for p in plan_list], F.lit(False))
     envelope_ok = (
         (plan >= 0)
@@ -349,12 +342,7 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[TableP
     )
     es = message["es"]
     message_level = with_columns.select(
-        "topic",
-        "partition",
-        "offset",
-        "timestamp",
-        N.TOMBSTONE,
-        N.TOMBSTONE_DETAIL,
+        *N.CARRIED,
         F.coalesce(envelope_ok, F.lit(False)).alias("_ok"),
         plan.alias("_plan"),
         message["database"].alias("source_db"),
@@ -411,31 +399,23 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[TableP
     table_id = N.per_plan(plan, [F.lit(p.table_id) for p in plan_list], F.lit(None).cast("string"))
     key_columns = N.per_plan(plan, [array_of(p.key_columns) for p in plan_list], F.lit(None).cast("array<string>"))
     column_types = N.per_plan(plan, [N.literal_map(p.types) for p in plan_list], F.lit(None).cast("map<string,string>"))
-    out = {
-        **{c: F.col(c) for c in ("topic", "partition", "offset")},
-        N.NATIVE_FLAG: F.col("_ok"),
-        "table_id": table_id,
-        "source_db": F.col("source_db"),
-        "source_schema": F.lit(None).cast("string"),
-        "source_table": F.col("source_table"),
-        "op": F.when(move_delete, F.lit(S.OP_DELETE)).otherwise(F.col("op")),
-        "key": F.when(is_delete, F.col("_before_key")).otherwise(F.col("_after_key")),
-        "key_columns": key_columns,
-        "after": F.when(~is_delete, F.col("_after")),
-        "before": F.col("_before"),
-        "column_types": column_types,
-        "position": F.col("position"),
-        "event_time": F.col("event_time"),
-        "row_index": F.coalesce(F.col("pos"), F.lit(0)),
-        "format": F.lit(FORMAT_ID),
-        "record_kind": F.lit(KIND_CHANGE),
-        "control_kind": F.lit(None).cast("string"),
-        "reason": F.lit(None).cast("string"),
-        "detail": F.lit(None).cast("string"),
-        "raw_key": F.lit(None).cast("binary"),
-        "raw_value": F.lit(None).cast("binary"),
-        "timestamp": F.col("timestamp"),
-    }
+    out = N.changelog_row(
+        FORMAT_ID,
+        native=F.col("_ok"),
+        table_id=table_id,
+        source_db=F.col("source_db"),
+        source_schema=F.lit(None).cast("string"),
+        source_table=F.col("source_table"),
+        op=F.when(move_delete, F.lit(S.OP_DELETE)).otherwise(F.col("op")),
+        key=F.when(is_delete, F.col("_before_key")).otherwise(F.col("_after_key")),
+        key_columns=key_columns,
+        after=F.when(~is_delete, F.col("_after")),
+        before=F.col("_before"),
+        column_types=column_types,
+        position=F.col("position"),
+        event_time=F.col("event_time"),
+        row_index=F.coalesce(F.col("pos"), F.lit(0)),
+    )
     return keyed.select(*N.with_tombstones(out))
 
 

@@ -40,7 +40,6 @@ from cdcreplay.formats.envelopes.debezium_events import (
     UNAVAILABLE_FORMS,
     image_fields,
 )
-from cdcreplay.formats.routing import KIND_CHANGE
 from cdcreplay.formats.values.debezium_values import (
     DATE_NAMES,
     DECIMAL,
@@ -508,12 +507,7 @@ def change_rows(
     )
     # The images are converted once, in their own projection: the key reads them again (one lookup per key column).
     decoded = parsed.select(
-        "topic",
-        "partition",
-        "offset",
-        "timestamp",
-        N.TOMBSTONE,
-        N.TOMBSTONE_DETAIL,
+        *N.CARRIED,
         F.coalesce(envelope_ok, F.lit(False)).alias("_envelope_ok"),
         table_id.alias("table_id"),
         db.alias("source_db"),
@@ -532,29 +526,22 @@ def change_rows(
     after, before = F.col("_after.image"), F.col("_before.image")
     key = _key_text(F.when(F.col("_is_delete"), before).otherwise(after), F.col("key_columns"))
     vouched = F.col("_envelope_ok") & F.col("_after.ok") & F.col("_before.ok") & key.isNotNull()
-    row = {
-        **{c: F.col(c) for c in ("topic", "partition", "offset")},
-        N.NATIVE_FLAG: F.coalesce(vouched, F.lit(False)),
-        "table_id": F.col("table_id"),
-        "source_db": F.col("source_db"),
-        "source_schema": F.col("source_schema"),
-        "source_table": F.col("source_table"),
-        "op": F.col("op"),
-        "key": key,
-        "key_columns": F.col("key_columns"),
-        "after": F.when(~F.col("_is_delete"), after),
-        "before": before,
-        "column_types": F.col("column_types"),
-        "position": F.col("position"),
-        "event_time": F.col("event_time"),
-        "row_index": F.lit(0),
-        "format": F.lit(format_id),
-        "record_kind": F.lit(KIND_CHANGE),
-        "control_kind": F.lit(None).cast("string"),
-        "reason": F.lit(None).cast("string"),
-        "detail": F.col("detail"),
-        "raw_key": F.lit(None).cast("binary"),
-        "raw_value": F.lit(None).cast("binary"),
-        "timestamp": F.col("timestamp"),
-    }
+    row = N.changelog_row(
+        format_id,
+        native=F.coalesce(vouched, F.lit(False)),
+        table_id=F.col("table_id"),
+        source_db=F.col("source_db"),
+        source_schema=F.col("source_schema"),
+        source_table=F.col("source_table"),
+        op=F.col("op"),
+        key=key,
+        key_columns=F.col("key_columns"),
+        after=F.when(~F.col("_is_delete"), after),
+        before=before,
+        column_types=F.col("column_types"),
+        position=F.col("position"),
+        event_time=F.col("event_time"),
+        row_index=F.lit(0),
+        detail=F.col("detail"),
+    )
     return decoded.select(*N.with_tombstones(row))

@@ -364,3 +364,7 @@ class VariantDecoder:
 
     def decode(self, records: DataFrame, pipeline: PipelineConfig, *, base_state: DataFrame | None = None) -> DataFrame:
         return decode_by_reader(records, pipeline, self.reads_natively, self.decode_natively, self.decode_in_python)
+
+    def functions(self) -> tuple:
+        """(decode_in_python, reads_natively, decode_natively, decode): what a registered format module defines."""
+        return self.decode_in_python, self.reads_natively, self.decode_natively, self.decode

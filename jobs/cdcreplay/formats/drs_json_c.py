@@ -7,13 +7,7 @@ from cdcreplay.formats.drs_json import VariantDecoder, timestamp_zone_of
 from cdcreplay.formats.envelopes.drs_variants import FORMAT_JSON_C, VARIANTS
 
 FORMAT_ID = FORMAT_JSON_C
-_DECODER = VariantDecoder(VARIANTS[FORMAT_ID])
-decode_in_python, reads_natively, decode_natively, decode = (
-    _DECODER.decode_in_python,
-    _DECODER.reads_natively,
-    _DECODER.decode_natively,
-    _DECODER.decode,
-)
+decode_in_python, reads_natively, decode_natively, decode = VariantDecoder(VARIANTS[FORMAT_ID]).functions()
 
 
 def check_config(pipeline: PipelineConfig) -> None:

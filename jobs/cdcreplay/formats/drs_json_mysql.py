@@ -6,10 +6,4 @@ from cdcreplay.formats.drs_json import VariantDecoder
 from cdcreplay.formats.envelopes.drs_variants import FORMAT_MYSQL, VARIANTS
 
 FORMAT_ID = FORMAT_MYSQL
-_DECODER = VariantDecoder(VARIANTS[FORMAT_ID])
-decode_in_python, reads_natively, decode_natively, decode = (
-    _DECODER.decode_in_python,
-    _DECODER.reads_natively,
-    _DECODER.decode_natively,
-    _DECODER.decode,
-)
+decode_in_python, reads_natively, decode_natively, decode = VariantDecoder(VARIANTS[FORMAT_ID]).functions()

@@ -42,7 +42,7 @@ from cdcreplay.formats.canal_native import (
 )
 from cdcreplay.formats.envelopes.canal_layout import ROW_TYPES
 from cdcreplay.formats.envelopes.drs_variants import Variant, declared_types
-from cdcreplay.formats.routing import KIND_CHANGE, table_id_of
+from cdcreplay.formats.routing import table_id_of
 from cdcreplay.formats.wire import native_json as N
 
 ENVELOPE_DDL = (
@@ -228,20 +228,12 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, variant: Variant, 
     delete_rows = variant.delete_rows
     rows = F.when(is_delete, message[delete_rows]).otherwise(data) if delete_rows != "data" else data
     text_col = F.col("_text")
-    # Every container of the text is one the envelope accounts for: no value holds nested JSON or a brace, and
-    # nothing follows the message's closing brace (Spark ignores it; the Python reader does too, but counts it).
+    # The message's objects: itself, its rows and its type maps; its arrays: data, old and pkNames.
     braces = 1 + count_of(data) + count_of(old)
     braces = braces + sum(F.when(message[name].isNotNull(), 1).otherwise(0) for name in TYPE_MAPS["mysql"])
     braces = braces + F.when(message["columnType"].isNotNull(), 1).otherwise(0)
     brackets = sum(F.when(message[name].isNotNull(), 1).otherwise(0) for name in ("data", "old", "pkNames"))
-    shaped = (
-        text_col.startswith("{")
-        & text_col.endswith("}")
-        & (N.occurrences(text_col, "{") == braces)
-        & (N.occurrences(text_col, "}") == braces)
-        & (N.occurrences(text_col, "[") == brackets)
-        & (N.occurrences(text_col, "]") == brackets)
-    )
+    shaped = N.containers_accounted_for(text_col, braces, brackets)
 
     def plan_checks(p: TablePlan) -> Column:
         on_data = _plan_checks(p, F.col("_c"), "data", is_update)
@@ -266,12 +258,7 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, variant: Variant, 
     )
     es, serial = message["es"], message["id"]
     message_level = with_columns.select(
-        "topic",
-        "partition",
-        "offset",
-        "timestamp",
-        N.TOMBSTONE,
-        N.TOMBSTONE_DETAIL,
+        *N.CARRIED,
         F.coalesce(envelope_ok, F.lit(False)).alias("_ok"),
         plan.alias("_plan"),
         message["database"].alias("source_db"),
@@ -301,29 +288,21 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, variant: Variant, 
         return N.per_plan(plan, values, F.lit(None).cast(data_type))
 
     key = of_plan([F.to_json(F.array(*[row[name] for name in p.key_columns])) for p in plan_list], "string")
-    out = {
-        **{c: F.col(c) for c in ("topic", "partition", "offset")},
-        N.NATIVE_FLAG: F.col("_ok"),
-        "table_id": of_plan([F.lit(p.table_id) for p in plan_list], "string"),
-        "source_db": F.col("source_db"),
-        "source_schema": F.col("source_schema"),
-        "source_table": F.col("source_table"),
-        "op": op,
-        "key": key,
-        "key_columns": of_plan([array_of(p.key_columns) for p in plan_list], "array<string>"),
-        "after": F.when(~is_delete, row),
-        "before": before,
-        "column_types": of_plan([N.literal_map(p.types) for p in plan_list], "map<string,string>"),
-        "position": F.col("position"),
-        "event_time": F.col("event_time"),
-        "row_index": F.coalesce(F.col("pos"), F.lit(0)),
-        "format": F.lit(variant.format_id),
-        "record_kind": F.lit(KIND_CHANGE),
-        "control_kind": F.lit(None).cast("string"),
-        "reason": F.lit(None).cast("string"),
-        "detail": F.lit(None).cast("string"),
-        "raw_key": F.lit(None).cast("binary"),
-        "raw_value": F.lit(None).cast("binary"),
-        "timestamp": F.col("timestamp"),
-    }
+    out = N.changelog_row(
+        variant.format_id,
+        native=F.col("_ok"),
+        table_id=of_plan([F.lit(p.table_id) for p in plan_list], "string"),
+        source_db=F.col("source_db"),
+        source_schema=F.col("source_schema"),
+        source_table=F.col("source_table"),
+        op=op,
+        key=key,
+        key_columns=of_plan([array_of(p.key_columns) for p in plan_list], "array<string>"),
+        after=F.when(~is_delete, row),
+        before=before,
+        column_types=of_plan([N.literal_map(p.types) for p in plan_list], "map<string,string>"),
+        position=F.col("position"),
+        event_time=F.col("event_time"),
+        row_index=F.coalesce(F.col("pos"), F.lit(0)),
+    )
     return message_level.select(*N.with_tombstones(out))

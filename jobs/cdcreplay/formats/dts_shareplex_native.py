@@ -25,7 +25,6 @@ from pyspark.sql import functions as F
 from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
 from cdcreplay.formats.envelopes.shareplex_message import DELETE_OPS, FORMAT_ID, INSERT_OPS, UPDATE_OPS, table_identity
-from cdcreplay.formats.routing import KIND_CHANGE
 from cdcreplay.formats.values.native_forms import ANY_TEXT, VALUE_FORMS, decimal_type, exact_decimal_form
 from cdcreplay.formats.wire import native_json as N
 
@@ -194,16 +193,9 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[TableP
     position, position_ok = _position(meta)
     event_time, time_ok = _event_time(meta)
     text_col = F.col("_text")
-    # Every object of the text is one the message accounts for and there is no array: no value holds nested JSON
-    # (rendered differently by the two readers) and nothing follows the message's closing brace.
+    # The message's objects: itself, meta, data and key; no array.
     braces = 1 + sum(F.when(part.isNotNull(), 1).otherwise(0) for part in (meta, data, key))
-    shaped = (
-        text_col.startswith("{")
-        & text_col.endswith("}")
-        & (N.occurrences(text_col, "{") == braces)
-        & (N.occurrences(text_col, "}") == braces)
-        & ~text_col.contains("[")
-    )
+    shaped = N.containers_accounted_for(text_col, braces, F.lit(0))
     envelope_ok = (
         (plan >= 0)
         & message[N.CORRUPT_FIELD].isNull()
@@ -218,12 +210,7 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[TableP
         & F.coalesce(checks, F.lit(False))
     )
     rows = planned.select(
-        "topic",
-        "partition",
-        "offset",
-        "timestamp",
-        N.TOMBSTONE,
-        N.TOMBSTONE_DETAIL,
+        *N.CARRIED,
         plan,
         op,
         F.coalesce(envelope_ok, F.lit(False)).alias("_ok"),
@@ -239,29 +226,21 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[TableP
         return N.per_plan(plan, values, F.lit(None).cast(data_type))
 
     identities = [table_identity(p.table_id) for p in plan_list]
-    out = {
-        **{c: F.col(c) for c in ("topic", "partition", "offset")},
-        N.NATIVE_FLAG: F.col("_ok") & key_text.isNotNull(),
-        "table_id": of_plan([F.lit(p.table_id) for p in plan_list], "string"),
-        "source_db": F.lit(None).cast("string"),
-        "source_schema": of_plan([F.lit(schema) for schema, _ in identities], "string"),
-        "source_table": of_plan([F.lit(table) for _, table in identities], "string"),
-        "op": F.col("_op"),
-        "key": key_text,
-        "key_columns": of_plan([F.array(*[F.lit(c) for c in p.key_columns]) for p in plan_list], "array<string>"),
-        "after": F.when(~is_delete, image),
-        "before": F.when(is_delete, image).otherwise(F.col("_before_key")),
-        "column_types": of_plan([N.literal_map(dict(p.types)) for p in plan_list], "map<string,string>"),
-        "position": F.col("position"),
-        "event_time": F.col("event_time"),
-        "row_index": F.lit(0),
-        "format": F.lit(FORMAT_ID),
-        "record_kind": F.lit(KIND_CHANGE),
-        "control_kind": F.lit(None).cast("string"),
-        "reason": F.lit(None).cast("string"),
-        "detail": F.lit(None).cast("string"),
-        "raw_key": F.lit(None).cast("binary"),
-        "raw_value": F.lit(None).cast("binary"),
-        "timestamp": F.col("timestamp"),
-    }
+    out = N.changelog_row(
+        FORMAT_ID,
+        native=F.col("_ok") & key_text.isNotNull(),
+        table_id=of_plan([F.lit(p.table_id) for p in plan_list], "string"),
+        source_db=F.lit(None).cast("string"),
+        source_schema=of_plan([F.lit(schema) for schema, _ in identities], "string"),
+        source_table=of_plan([F.lit(table) for _, table in identities], "string"),
+        op=F.col("_op"),
+        key=key_text,
+        key_columns=of_plan([F.array(*[F.lit(c) for c in p.key_columns]) for p in plan_list], "array<string>"),
+        after=F.when(~is_delete, image),
+        before=F.when(is_delete, image).otherwise(F.col("_before_key")),
+        column_types=of_plan([N.literal_map(dict(p.types)) for p in plan_list], "map<string,string>"),
+        position=F.col("position"),
+        event_time=F.col("event_time"),
+        row_index=F.lit(0),
+    )
     return rows.select(*N.with_tombstones(out))

@@ -26,7 +26,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from cdcreplay import schema as S
-from cdcreplay.formats.common import COORDINATES, DECODED_COLUMNS, KIND_CONTROL
+from cdcreplay.formats.common import COORDINATES, DECODED_COLUMNS, KIND_CHANGE, KIND_CONTROL
 from cdcreplay.spark import vectorized_parquet_reads
 
 # Records the native path did not decode carry this flag false; the caller hands them to the Python decoder.
@@ -109,6 +109,20 @@ def occurrences(text: Column, character: str) -> Column:
     return F.size(F.split(text, "\\" + character)) - 1
 
 
+def containers_accounted_for(text: Column, objects: Column, arrays: Column) -> Column:
+    """``text`` is one JSON object holding exactly ``objects`` objects (itself included) and ``arrays`` arrays: the
+    ones its envelope accounts for. So no value holds nested JSON (the two readers render it differently), and
+    nothing follows the closing brace. Conservative: a brace or bracket inside a string value counts too."""
+    return (
+        text.startswith("{")
+        & text.endswith("}")
+        & (occurrences(text, "{") == objects)
+        & (occurrences(text, "}") == objects)
+        & (occurrences(text, "[") == arrays)
+        & (occurrences(text, "]") == arrays)
+    )
+
+
 def one_object(text: Column) -> Column:
     """The text ends with its object's closing brace and opens as many braces as it closes: Spark ignores what
     follows a complete object, Python does not. A heuristic for the common case (a stray closing brace, a member
@@ -137,7 +151,29 @@ def literal_map(mapping: dict[str, str]) -> Column:
     ).cast("map<string,string>")
 
 
+def changelog_row(format_id: str, **columns: Column) -> dict[str, Column]:
+    """A native decoder's row by column name (the ``native`` flag, then ``DECODED_COLUMNS``): ``columns``, the row's
+    own values, and what every natively decoded row change shares -- the record's coordinates and timestamp, the
+    format, kind changelog, and no control kind, reason or raw bytes (a change keeps its raw record only when
+    quarantined); no detail unless ``columns`` gives one (Debezium's key-change headers)."""
+    shared = {name: F.col(name) for name in ("topic", "partition", "offset", "timestamp")}
+    shared |= {
+        "format": F.lit(format_id),
+        "record_kind": F.lit(KIND_CHANGE),
+        "control_kind": F.lit(None).cast("string"),
+        "reason": F.lit(None).cast("string"),
+        "detail": F.lit(None).cast("string"),
+        "raw_key": F.lit(None).cast("binary"),
+        "raw_value": F.lit(None).cast("binary"),
+    }
+    row = shared | columns
+    return {name: row[name] for name in (NATIVE_FLAG, *DECODED_COLUMNS)}
+
+
 TOMBSTONE, TOMBSTONE_DETAIL = "_tombstone", "_tombstone_detail"
+# What a native pass carries from each record to the rows it decodes: the record's coordinates and timestamp, and
+# its tombstone columns (``tombstone_columns``).
+CARRIED = ("topic", "partition", "offset", "timestamp", TOMBSTONE, TOMBSTONE_DETAIL)
 
 
 def tombstone_columns() -> list[Column]:
