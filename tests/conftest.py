@@ -25,7 +25,8 @@ FORMAT_TESTS = {
     "test_alibaba_formats", "test_alibaba_truth", "test_canal_key_change", "test_conformance", "test_debezium_avro",
     "test_debezium_connectors", "test_debezium_python", "test_dts_avro", "test_fuzz_decoders", "test_huawei_dds",
     "test_huawei_formats", "test_mongo_shell", "test_native_avro", "test_native_canal", "test_native_decoding",
-    "test_python_decoding", "test_qlik", "test_truth", "test_value_decoding",
+    "test_native_drs", "test_native_shareplex", "test_python_decoding", "test_qlik", "test_truth",
+    "test_value_decoding",
 }  # fmt: skip
 SYSTEM_TESTS = {
     "test_airflow_run", "test_backfill", "test_benchmark_run", "test_cluster", "test_compose", "test_crash_safety",
