@@ -38,7 +38,8 @@ A value present in the message that its type cannot decode (a byte out of range,
 record to quarantine (``bad_value``) naming the columns: never a silent NULL.
 
 MySQL type names map with :func:`cdcreplay.value_types.mysql_type_name_to_spark`; PostgreSQL/GaussDB names with
-:func:`rdbms_type_to_spark`; JDBC codes with :func:`jdbc_code_to_spark` (all documented in their docstrings).
+:func:`~cdcreplay.formats.envelopes.drs_variants.rdbms_type_to_spark`; JDBC codes with
+:func:`~cdcreplay.formats.envelopes.drs_variants.jdbc_code_to_spark` (all documented in their docstrings).
 
 Decoded in Python (``python_rows``): one JSON parse per message, no per-value Spark lambdas. The results are the
 ones the earlier Spark-expression decoder gave, so the parse and the value conversions follow Spark's rules where

@@ -81,6 +81,8 @@ def _mysql_type(type_name: str | None) -> str:
 
 
 def declared_types(maps: dict, variant: Variant) -> dict[str, str]:
+    """A message's declared Spark type per column, from its type maps (``maps``: name -> the map as text, or None),
+    before the configured ``column_types`` are laid over them."""
     if variant.types_from == "rdbms":
         return {c: rdbms_type_to_spark(t) for c, t in (maps["columnType"] or {}).items()}
     mysql_types = maps["mysqlType"] or {}
