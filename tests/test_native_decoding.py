@@ -22,7 +22,14 @@ from native_helpers import native_flags, records_frame, two_pass_write
 from pyspark.sql import functions as F
 
 from cdcreplay.config import PipelineConfig
-from cdcreplay.formats import canal_json, debezium_avro, debezium_json, debezium_native
+from cdcreplay.formats import (
+    canal_json,
+    debezium_avro,
+    debezium_json,
+    debezium_native,
+    drs_json_mysql,
+    dts_shareplex_json,
+)
 from cdcreplay.formats.wire import native_json as N
 from cdcreplay_lab.simulator import simulate
 from cdcreplay_lab.simulator.encoders import encode
@@ -256,10 +263,13 @@ READER_CASES = [  # (options.reader, the run's records (or where they stand to t
 ]
 
 
-# Where `reader: auto` goes native, per format: from_avro's pass pays for itself sooner than the JSON reader's.
+# Where `reader: auto` goes native, per format: from_avro's pass pays for itself sooner than the JSON reader's, and
+# Shareplex's, which needs no pass to find its tables, sooner than the others'.
 THRESHOLDS = {
     debezium_json: N.NATIVE_MIN_RECORDS,
     canal_json: N.NATIVE_MIN_RECORDS,
+    drs_json_mysql: N.NATIVE_MIN_RECORDS,
+    dts_shareplex_json: dts_shareplex_json.NATIVE_MIN_RECORDS,
     debezium_avro: debezium_avro.AVRO_NATIVE_MIN_RECORDS,
 }
 

@@ -12,6 +12,7 @@ from decimal import Decimal
 import pyarrow.parquet as pq
 from archive_helpers import Record, pipeline_config, write_parquet
 
+from cdcreplay import state_store, typed_tables
 from cdcreplay.entrypoints import EXIT_OK, replay_main
 from cdcreplay.warehouse import PipelinePaths, read_current, read_table
 
@@ -112,6 +113,30 @@ def test_a_type_change_old_values_cannot_follow_holds_those_rows_back_naming_the
     assert summary["type_conflicts"] == 0 and summary["tables"]["shop.t"]["type_conflicts"] == 0
     assert [(r["id"], r["v"]) for r in published(spark, tmp_path)[1]] == [(1, 4), (2, 7), (3, 5)]
     assert read_current(PipelinePaths(str(tmp_path / "warehouse"), "drift"))["tables"]["shop.t"]["rows"] == 3
+
+
+def test_merged_nights_hold_back_what_a_full_rebuild_holds_back(spark, tmp_path, monkeypatch):
+    """A night merged into a table checks its changed rows for type conflicts, and the whole state when the
+    published version held rows back (only then can an unchanged row still conflict)."""
+    monkeypatch.setattr(state_store, "MAX_MERGE_SHARE", 100)  # each run replays the whole archive: let it merge
+    monkeypatch.setattr(typed_tables, "TYPED_MERGE_MIN_ROWS", 0)
+    monkeypatch.setattr(typed_tables, "TYPED_MERGE_MAX_SHARE", 100)
+    retyped = {**OLD, "v": "int"}
+    first = [canal(0, "INSERT", [{"id": "1", "v": "abc", "n": "1"}, {"id": "2", "v": "7", "n": "2"}], OLD)]
+    first.append(canal(1, "INSERT", [{"id": "3", "v": "5", "n": "3"}], retyped))
+    nights = [
+        (first, "r1", "a"),
+        ([canal(2, "UPDATE", [{"id": "2", "v": "8", "n": "2"}], retyped)], "r2", "b"),  # key 1 still held back
+        ([canal(3, "UPDATE", [{"id": "1", "v": "4", "n": "1"}], retyped)], "r3", "c"),  # key 1 fixed
+        ([canal(4, "UPDATE", [{"id": "3", "v": "6", "n": "3"}], retyped)], "r4", "d"),  # nothing held back before
+    ]
+    summaries = [replay(tmp_path, records, run_id, folder) for records, run_id, folder in nights]
+    assert [s["state_merged"] for s in summaries] == [False, True, True, True]
+    assert [s["tables"]["shop.t"]["type_conflicts"] for s in summaries] == [1, 1, 0, 0]
+    assert [r["key"] for r in pq.read_table(summaries[1]["type_conflicts_path"]).to_pylist()] == ['["1"]']
+    assert [(r["id"], r["v"]) for r in published(spark, tmp_path)[1]] == [(1, 4), (2, 8), (3, 6)]
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{tmp_path}/warehouse/drift/tables/shop.t`").orderBy("version")
+    assert [r.operation for r in history.collect()] == ["WRITE", "MERGE", "MERGE", "MERGE"]
 
 
 def debezium(offset: int, op: str, after: dict, fields: list[tuple[str, str]]) -> Record:

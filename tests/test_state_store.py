@@ -12,6 +12,7 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from archive_helpers import Record, pipeline_config, write_parquet
 from frame_helpers import assert_same_frames
 from pyspark.sql import functions as F
@@ -62,8 +63,11 @@ def night(spark, path: Path, changes: list[dict]) -> state_store.StateCommit:
     return commit_state(path, read_state(spark, path), None, frame(spark, changes), len(changes), None)
 
 
-def test_merged_nights_read_as_the_whole_merge_of_their_history(spark, tmp_path, monkeypatch):
+@pytest.mark.parametrize("broadcast_max_bytes", [delta_tables.BROADCAST_MAX_BYTES, 0], ids=["broadcast", "shuffled"])
+def test_merged_nights_read_as_the_whole_merge_of_their_history(spark, tmp_path, monkeypatch, broadcast_max_bytes):
     monkeypatch.setattr(state_store, "MAX_MERGE_SHARE", 100)  # day 3 changes more than half of these few keys
+    # The merge's source broadcast to the join with the state (these few rows), or shuffled with it (a large night).
+    monkeypatch.setattr(delta_tables, "BROADCAST_MAX_BYTES", broadcast_max_bytes)
     path = tmp_path / "state"
     assert write_state(latest_rows(frame(spark, DAY_1)), path) == 0
     committed = night(spark, path, DAY_2)
@@ -84,6 +88,19 @@ def test_merged_nights_read_as_the_whole_merge_of_their_history(spark, tmp_path,
     # Merged, not rewritten: the replaced rows are marked in deletion vectors beside the files they are in.
     operations = [r.operation for r in spark.sql(f"DESCRIBE HISTORY delta.`{path}`").orderBy("version").collect()]
     assert operations == ["WRITE", "MERGE", "MERGE"]
+
+
+def test_a_merge_source_is_broadcast_when_its_cached_rows_are_small(spark, monkeypatch):
+    rows = spark.range(1000).selectExpr("id", "repeat('x', 100) AS text").persist()
+    try:
+        rows.count()
+        size = delta_tables.cached_bytes(rows)
+        assert 100_000 < size < 1_000_000  # 1,000 rows of ~100 characters: the cached rows, not a default guess
+        assert delta_tables.fits_broadcast(rows)
+        monkeypatch.setattr(delta_tables, "BROADCAST_MAX_BYTES", size - 1)
+        assert not delta_tables.fits_broadcast(rows)
+    finally:
+        rows.unpersist()
 
 
 def test_one_tables_rows_are_read_from_its_partition_of_the_state(spark, tmp_path):

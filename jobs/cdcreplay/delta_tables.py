@@ -14,6 +14,7 @@ import re
 import time
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from cdcreplay.storage import Location
 
@@ -92,13 +93,19 @@ def write_whole(rows: DataFrame, path: str, partition_by: tuple[str, ...] = (), 
     return latest_version(path)
 
 
-def merge_rows(rows: DataFrame, path: str, on: tuple[str, ...]) -> int:
+def merge_rows(rows: DataFrame, path: str, on: tuple[str, ...], broadcast: bool = False) -> int:
     """Upsert ``rows`` into the table: a row whose ``on`` columns match a stored row replaces it, any other row is
-    added; one commit. ``rows`` must hold each ``on`` combination at most once. The new version."""
+    added; one commit. ``rows`` must hold each ``on`` combination at most once. The new version.
+
+    ``broadcast``: ``rows`` are few and small enough for every task to hold them (``fits_broadcast``). MERGE joins
+    them with the whole table to find the files holding the rows they replace, and again to mark those rows in
+    deletion vectors; broadcast, each task looks its rows up in them instead of shuffling the whole table's keys.
+    (Delta keeps the hint on the source it materializes; the join that writes the new rows keeps its shuffle.)"""
+    source = F.broadcast(rows) if broadcast else rows
     (
         _table(rows.sparkSession, path)
         .alias("stored")
-        .merge(rows.alias("changed"), _same_key(on))
+        .merge(source.alias("changed"), _same_key(on))
         .whenMatchedUpdateAll()
         .whenNotMatchedInsertAll()
         .execute()
@@ -106,14 +113,32 @@ def merge_rows(rows: DataFrame, path: str, on: tuple[str, ...]) -> int:
     return latest_version(path)
 
 
-def merge_flagged(rows: DataFrame, path: str, on: tuple[str, ...], flag: str) -> int:
+# A MERGE source is broadcast up to this size in memory: the driver collects it and builds its hash table (the DAG
+# gives the driver 2 GB), and every executor holds a copy.
+BROADCAST_MAX_BYTES = 256 * 1024 * 1024
+
+
+def fits_broadcast(rows: DataFrame) -> bool:
+    """Whether ``rows`` (computed from persisted, computed rows) take at most BROADCAST_MAX_BYTES: the planner's size
+    of a plan over cached rows starts from the size of the rows cached, not from a guess of what files hold."""
+    return cached_bytes(rows) <= BROADCAST_MAX_BYTES
+
+
+def cached_bytes(rows: DataFrame) -> int:
+    """The size Spark's planner gives ``rows`` (over persisted, computed rows: from their size in the cache; a new
+    plan, since a plan keeps the size it was first given)."""
+    return int(str(rows.select("*")._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
+
+
+def merge_flagged(rows: DataFrame, path: str, on: tuple[str, ...], flag: str, broadcast: bool = False) -> int:
     """Apply ``rows`` to the table by their ``on`` columns: a row whose ``flag`` is true replaces or adds the stored
-    row, one whose flag is false deletes it; one commit. The new version."""
+    row, one whose flag is false deletes it; one commit. The new version. ``broadcast``: as for ``merge_rows``."""
     values = {f"`{name}`": f"changed.`{name}`" for name in rows.columns if name != flag}
+    source = F.broadcast(rows) if broadcast else rows
     (
         _table(rows.sparkSession, path)
         .alias("stored")
-        .merge(rows.alias("changed"), _same_key(on))
+        .merge(source.alias("changed"), _same_key(on))
         .whenMatchedDelete(condition=f"NOT changed.`{flag}`")
         .whenMatchedUpdate(set=values)
         .whenNotMatchedInsert(condition=f"changed.`{flag}`", values=values)

@@ -129,7 +129,9 @@ def commit_state(
         with changed_rows(base_state, changes) as change:
             rows = with_partition(change.rows).persist()  # merged, its patterns taken, then typed (StateCommit)
             try:
-                version = delta_tables.merge_rows(rows, str(path), STATE_KEY)
+                rows.count()  # computed once, here: the merge, the patterns and the type stage read the cache
+                broadcast = delta_tables.fits_broadcast(rows)
+                version = delta_tables.merge_rows(rows, str(path), STATE_KEY, broadcast=broadcast)
                 patterns = None
                 if base_patterns is not None:
                     replaced = state_patterns(change.stored)  # while the stored rows are cached

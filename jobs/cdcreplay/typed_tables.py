@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import reduce
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -89,14 +90,18 @@ def type_tables(
             changed = typed_changes(table_state(committed.merged_rows, table_id), retyped[table_id])
             on = tuple(retyped[table_id].key_columns)
             delta_tables.use_deletion_vectors(spark, path, deletion_vectors)
-            versions[table_id] = delta_tables.merge_flagged(changed, path, on, PUBLISHED)
+            broadcast = delta_tables.fits_broadcast(changed)  # typed from the merged rows, which are cached
+            versions[table_id] = delta_tables.merge_flagged(changed, path, on, PUBLISHED, broadcast=broadcast)
         else:
             versions[table_id] = delta_tables.write_whole(typed_table(rows, retyped[table_id]), path)
 
     with ThreadPoolExecutor(max_workers=TYPED_WRITES_AT_ONCE) as pool:
         for done in [pool.submit(write_typed, table_id) for table_id in sorted(retyped)]:
             done.result()  # the first failure ends the run, as one written in sequence would
-    conflicts = _write_type_conflicts(spark, state, retyped, run_dir / TYPE_CONFLICTS_FOLDER)
+    clean = _merged_without_conflicts(published, merged_tables)
+    conflicts = _write_type_conflicts(
+        spark, state, committed.merged_rows, retyped, clean, run_dir / TYPE_CONFLICTS_FOLDER
+    )
     conflicts.update({table_id: info.get("type_conflicts", 0) for table_id, info in unchanged.items()})
     for table_id in sorted(merged_tables):
         # A merge matches typed keys: two keys of the state that type to one value (text "01" and "1" in an int
@@ -177,14 +182,35 @@ def _typed_merges(
     return merged
 
 
-def _write_type_conflicts(spark: SparkSession, state: DataFrame, layouts: dict, folder: Location) -> dict[str, int]:
+def _merged_without_conflicts(published: dict | None, merged_tables: set[str]) -> set[str]:
+    """The merged tables whose published version held back no row: their other rows are the ones it typed
+    without a conflict, under the same columns and types (``_typed_alike``), and the state's merge left them as
+    they were, so only the merged rows can conflict now."""
+    return {t for t in merged_tables if published["tables"][t].get("type_conflicts", 0) == 0}
+
+
+def _write_type_conflicts(
+    spark: SparkSession,
+    state: DataFrame,
+    merged_rows: DataFrame | None,
+    layouts: dict,
+    clean: set[str],
+    folder: Location,
+) -> dict[str, int]:
     """Write the live rows held back from the typed tables (``tables.type_conflicts``); their count per table.
+    A table in ``clean`` (``_merged_without_conflicts``) is checked in the state's ``merged_rows`` alone, the
+    others in the whole ``state``: a night then reads its few changed rows, not the whole state, for this.
 
     They stay in the state: a later change of the key replaces them, and the next run publishes that row.
     """
     if not layouts:
         return {}
-    type_conflicts(state, layouts).write.mode("overwrite").parquet(str(folder))
+    whole = {t: layout for t, layout in layouts.items() if t not in clean}
+    checks = [type_conflicts(state, whole)] if whole else []
+    if clean:
+        merged = merged_rows.drop(STATE_PARTITION)
+        checks.append(type_conflicts(merged, {t: layouts[t] for t in clean}))
+    reduce(DataFrame.unionByName, checks).write.mode("overwrite").parquet(str(folder))
     written = spark.read.parquet(str(folder))
     return {row.table_id: row["count"] for row in written.groupBy("table_id").count().collect()}
 

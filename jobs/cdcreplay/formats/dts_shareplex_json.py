@@ -215,10 +215,18 @@ def decode_in_python(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
     return decode_with_python(records, partial(decode_record, tables), pipeline)
 
 
+# `reader: auto` decodes natively from this many records on, sooner than the formats whose native path first samples
+# the archive for its tables (native_json.NATIVE_MIN_RECORDS): Shareplex's tables come from the config. Measured in
+# fresh JVMs on 2 cores (docs/benchmarks.md, thirty-first session), the decode stage: native 7.6 s against 10.0 s in
+# Python at 50,017 records, 10.0 against 13.7 s at 100,016, 13.4 against 21.1 s at 199,998; smaller runs were not
+# measured.
+NATIVE_MIN_RECORDS = 50_000
+
+
 def reads_natively(pipeline: PipelineConfig, record_count: int | None = None) -> bool:
     """Whether Spark's JSON reader decodes what ``dts_shareplex_native`` vouches for, the Python decoder the rest
     (``native_json.reader_chooses_native``)."""
-    return reader_chooses_native(pipeline, record_count)
+    return reader_chooses_native(pipeline, record_count, NATIVE_MIN_RECORDS)
 
 
 def decode_natively(records: DataFrame, pipeline: PipelineConfig, record_count: int | None = None) -> DataFrame | None:
