@@ -73,51 +73,38 @@ def latest_rows(changelog: DataFrame, partial_images: bool | None = None) -> Dat
     would compute the whole compaction twice.
     """
     rows = changelog.where(F.col("op").isin(*S.ROW_OPS) & F.col("key").isNotNull())
-    columns = list(S.CHANGELOG_COLUMNS)
-    last = (
-        rows.groupBy("table_id", "key").agg(F.max_by(F.struct(*columns), event_order()).alias("last")).select("last.*")
-    )
+    last = F.max_by(F.struct(*S.CHANGELOG_COLUMNS), event_order()).alias("last")
     if partial_images is None:
         partial_images = has_partial_images(rows)
     if partial_images:
-        last = _complete_partial_images(rows, last)
-    last = _apply_truncates(changelog, last)
-    return last.withColumn("deleted", F.col("op") == S.OP_DELETE)
+        # One shuffle gives each key its last event and, to complete it where it is partial, every image it had.
+        images = F.collect_list(F.struct(event_order().alias("order"), "op", "after")).alias("images")
+        grouped = rows.groupBy("table_id", "key").agg(last, images).select("last.*", "images")
+        completed = F.when(_partial_image(), _laid_over(F.col("images"))).otherwise(F.col("after"))
+        latest = grouped.withColumn("after", completed).drop("images")
+    else:
+        latest = rows.groupBy("table_id", "key").agg(last).select("last.*")
+    latest = _apply_truncates(changelog, latest)
+    return latest.withColumn("deleted", F.col("op") == S.OP_DELETE)
 
 
-def _complete_partial_images(rows: DataFrame, last: DataFrame) -> DataFrame:
-    partial = last.where(_partial_image())
-    # Fold the key's images in order, restarting at every delete, so absent columns keep their last known value.
-    history = (
-        rows.join(partial.select("table_id", "key"), ["table_id", "key"])
-        .groupBy("table_id", "key")
-        .agg(
-            F.array_sort(
-                F.collect_list(F.struct(event_order().alias("order"), "op", "after")),
-                lambda left, right: (
-                    F.when(left["order"] < right["order"], -1).when(left["order"] > right["order"], 1).otherwise(0)
-                ),
-            ).alias("events")
-        )
+def _laid_over(images: Column) -> Column:
+    """A key's images (order, op, after) laid over each other in event order, restarting at every delete: a column
+    absent from an image keeps the value it last had."""
+    ordered = F.array_sort(
+        images,
+        lambda left, right: (
+            F.when(left["order"] < right["order"], -1).when(left["order"] > right["order"], 1).otherwise(0)
+        ),
     )
     empty = F.create_map().cast("map<string,string>")
-    merged = history.select(
-        "table_id",
-        "key",
-        F.aggregate(
-            "events",
-            empty,
-            lambda image, event: F.when(event["op"] == S.OP_DELETE, empty).otherwise(
-                F.map_concat(image, F.coalesce(event["after"], empty))
-            ),
-        ).alias("merged_after"),
+    return F.aggregate(
+        ordered,
+        empty,
+        lambda image, event: F.when(event["op"] == S.OP_DELETE, empty).otherwise(
+            F.map_concat(image, F.coalesce(event["after"], empty))
+        ),
     )
-    completed = (
-        last.join(merged, ["table_id", "key"], "left")
-        .withColumn("after", F.coalesce("merged_after", "after"))
-        .drop("merged_after")
-    )
-    return completed.select(*S.CHANGELOG_COLUMNS)
 
 
 def _apply_truncates(changelog: DataFrame, last: DataFrame) -> DataFrame:
@@ -193,8 +180,8 @@ def changed_rows(previous_state: DataFrame, changes: DataFrame) -> Iterator[Stat
 
     Each is the compaction of the key's stored row with its changes, so a partial image is completed from the
     stored row, and the row is the key's latest as of this run. Finding the stored rows reads the whole previous
-    state; they are kept (cached) while the block runs, since the compaction reads them up to three times (the check
-    for partial images, the last event per key, the history of a partial one).
+    state; they are kept (cached) while the block runs, since the compaction reads them twice (the check for partial
+    images, then the last event and the images of each key).
     """
     kept: list[DataFrame] = []
 
