@@ -29,9 +29,11 @@ the Python decoder (``canal_json.decode_record``) unchanged.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import islice
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Row
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, StringType, StructField, StructType
 
@@ -148,37 +150,51 @@ def table_plan(db: str | None, table: str | None, names, types, pk_names, pipeli
 def table_plans(records: DataFrame, pipeline: PipelineConfig, every: int = 1) -> list[TablePlan]:
     """The plans of the most frequent tables of ``records``, of about one record in ``every``
     (``native_json.sampled``)."""
-    records = N.sampled(records, every)
     message = F.col("m")
-    # Which records declare a table is a grouping key, not a filter: Spark would push a filter below the parse and
-    # parse each record once more per condition.
-    declares_table = (
+    identity = (
+        message["database"].alias("db"),
+        message["table"].alias("table"),
+        F.map_keys(message["mysqlType"]).alias("names"),
+        F.map_values(message["mysqlType"]).alias("types"),
+        message["pkNames"].alias("pk"),
+    )
+    found = frequent_tables(records, every, TABLE_DDL, declares_rows(message, message["type"]), identity)
+    return first_plans(table_plan(row.db, row.table, row.names, row.types, row.pk, pipeline) for row in found)
+
+
+def declares_rows(message: Column, kind: Column) -> Column:
+    """Whether a parsed message (Canal's envelope, as DRS JSON writes it too) is a row change of one table: a plan is
+    made only for the tables of such messages."""
+    return (
         message.isNotNull()
         & message[N.CORRUPT_FIELD].isNull()
-        & F.upper(message["type"]).isin(*ROW_TYPES)
+        & F.upper(kind).isin(*ROW_TYPES)
         & ~F.coalesce(message["isDdl"], F.lit(False))
     )
+
+
+def frequent_tables(
+    records: DataFrame, every: int, ddl: str, declares: Column, identity: tuple[Column, ...]
+) -> list[Row]:
+    """The tables (``identity``: columns of the message ``m`` parsed with ``ddl``) of the messages ``declares`` holds
+    for, most frequent first, in about one record in ``every``: at most four times MAX_NATIVE_TABLES of them."""
+    # Which records declare a table is a grouping key, not a filter: Spark would push a filter below the parse and
+    # parse each record once more per condition.
     found = (
-        records.select(N.parse(N.text_of(F.col("value")), TABLE_DDL).alias("m"))
-        .groupBy(
-            F.coalesce(declares_table, F.lit(False)).alias("declares_table"),
-            message["database"].alias("db"),
-            message["table"].alias("table"),
-            F.map_keys(message["mysqlType"]).alias("names"),
-            F.map_values(message["mysqlType"]).alias("types"),
-            message["pkNames"].alias("pk"),
-        )
+        N.sampled(records, every)
+        .select(N.parse(N.text_of(F.col("value")), ddl).alias("m"))
+        .groupBy(F.coalesce(declares, F.lit(False)).alias("declares_table"), *identity)
         .count()
         .orderBy(F.desc("declares_table"), F.desc("count"))
         .limit(4 * MAX_NATIVE_TABLES)
         .collect()
     )
-    plans: list[TablePlan] = []
-    for row in (row for row in found if row.declares_table):
-        plan = table_plan(row.db, row.table, row.names, row.types, row.pk, pipeline)
-        if plan is not None and len(plans) < MAX_NATIVE_TABLES:
-            plans.append(plan)
-    return plans
+    return [row for row in found if row.declares_table]
+
+
+def first_plans(plans: Iterable[TablePlan | None]) -> list[TablePlan]:
+    """The first MAX_NATIVE_TABLES plans made, in order (a table without a plan is decoded in Python)."""
+    return list(islice((plan for plan in plans if plan is not None), MAX_NATIVE_TABLES))
 
 
 # --- per-plan expressions ----------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Row
 from pyspark.sql import functions as F
 
 from cdcreplay import schema as S
@@ -29,12 +29,14 @@ from cdcreplay.config import PipelineConfig
 from cdcreplay.formats.canal_native import (
     COLUMN_SEPARATOR,
     MAX_MILLIS,
-    MAX_NATIVE_TABLES,
     MIN_MILLIS,
     QUOTE_BLANK,
     array_of,
     columns_schema,
     count_of,
+    declares_rows,
+    first_plans,
+    frequent_tables,
     number_members,
     value_form,
     values_pattern,
@@ -117,40 +119,24 @@ def table_plans(records: DataFrame, pipeline: PipelineConfig, variant: Variant, 
     """The plans of the most frequent tables of ``records``, of about one record in ``every``
     (``native_json.sampled``)."""
     message = F.col("m")
-    kind = F.upper(F.coalesce(message["type"], message["opType"]))
-    # A grouping key, not a filter: Spark would push a filter below the parse and parse each record again.
-    declares_table = (
-        message.isNotNull()
-        & message[N.CORRUPT_FIELD].isNull()
-        & kind.isin(*ROW_TYPES)
-        & ~F.coalesce(message["isDdl"], F.lit(False))
-    )
     map_names = TYPE_MAPS[variant.types_from]
-    found = (
-        N.sampled(records, every)
-        .select(N.parse(N.text_of(F.col("value")), TABLE_DDL).alias("m"))
-        .groupBy(
-            F.coalesce(declares_table, F.lit(False)).alias("declares_table"),
-            message["database"].alias("db"),
-            message["schema"].alias("schema"),
-            message["table"].alias("table"),
-            *[_entries(message[name]).alias(name) for name in map_names],
-            message["pkNames"].alias("pk"),
-        )
-        .count()
-        .orderBy(F.desc("declares_table"), F.desc("count"))
-        .limit(4 * MAX_NATIVE_TABLES)
-        .collect()
+    identity = (
+        message["database"].alias("db"),
+        message["schema"].alias("schema"),
+        message["table"].alias("table"),
+        *[_entries(message[name]).alias(name) for name in map_names],
+        message["pkNames"].alias("pk"),
     )
-    plans: list[TablePlan] = []
-    for row in (row for row in found if row.declares_table):
+    kind = F.coalesce(message["type"], message["opType"])
+    found = frequent_tables(records, every, TABLE_DDL, declares_rows(message, kind), identity)
+
+    def plan_of(row: Row) -> TablePlan | None:
         type_maps = tuple(
             None if row[name] is None else tuple((entry[0], entry[1]) for entry in row[name]) for name in map_names
         )
-        plan = table_plan((row.db, row.schema, row.table), type_maps, row.pk, pipeline, variant)
-        if plan is not None and len(plans) < MAX_NATIVE_TABLES:
-            plans.append(plan)
-    return plans
+        return table_plan((row.db, row.schema, row.table), type_maps, row.pk, pipeline, variant)
+
+    return first_plans(plan_of(row) for row in found)
 
 
 # --- per-plan expressions ----------------------------------------------------------------------------------------
