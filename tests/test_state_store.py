@@ -103,6 +103,16 @@ def test_a_merge_source_is_broadcast_when_its_cached_rows_are_small(spark, monke
         rows.unpersist()
 
 
+def test_a_merge_source_whose_size_cannot_be_read_is_not_broadcast(spark, monkeypatch, caplog):
+    def unreadable(rows):
+        raise RuntimeError("no plan statistics")  # what a Spark without that internal API would raise
+
+    monkeypatch.setattr(delta_tables, "cached_bytes", unreadable)
+    with caplog.at_level(logging.WARNING, logger="cdcreplay.delta_tables"):
+        assert not delta_tables.fits_broadcast(spark.range(3))
+    assert "could not read the size of a MERGE source; merging without a broadcast hint" in caplog.text
+
+
 def test_one_tables_rows_are_read_from_its_partition_of_the_state(spark, tmp_path):
     write_state(latest_rows(frame(spark, DAY_1)), tmp_path / "state")
     night(spark, tmp_path / "state", DAY_3)

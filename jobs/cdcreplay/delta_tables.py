@@ -9,6 +9,7 @@ rolled back (``roll_back_to``) before the next run builds on them.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import time
@@ -17,6 +18,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdcreplay.storage import Location
+
+log = logging.getLogger(__name__)
 
 DELTA = "delta"
 # Deletion vectors: a MERGE that changes a few rows of a large file marks them deleted instead of rewriting the file.
@@ -120,8 +123,14 @@ BROADCAST_MAX_BYTES = 256 * 1024 * 1024
 
 def fits_broadcast(rows: DataFrame) -> bool:
     """Whether ``rows`` (computed from persisted, computed rows) take at most BROADCAST_MAX_BYTES: the planner's size
-    of a plan over cached rows starts from the size of the rows cached, not from a guess of what files hold."""
-    return cached_bytes(rows) <= BROADCAST_MAX_BYTES
+    of a plan over cached rows starts from the size of the rows cached, not from a guess of what files hold. False
+    when the size cannot be read (it is read through Spark's internals, which have no public API for it): the merge
+    then shuffles, as it would for a large source."""
+    try:
+        return cached_bytes(rows) <= BROADCAST_MAX_BYTES
+    except Exception:  # py4j's errors or a changed plan API: only the hint is lost
+        log.warning("could not read the size of a MERGE source; merging without a broadcast hint", exc_info=True)
+        return False
 
 
 def cached_bytes(rows: DataFrame) -> int:
