@@ -96,23 +96,29 @@ def write_whole(rows: DataFrame, path: str, partition_by: tuple[str, ...] = (), 
     return latest_version(path)
 
 
-def merge_rows(rows: DataFrame, path: str, on: tuple[str, ...], broadcast: bool = False) -> int:
-    """Upsert ``rows`` into the table: a row whose ``on`` columns match a stored row replaces it, any other row is
-    added; one commit. ``rows`` must hold each ``on`` combination at most once. The new version.
+def replace_rows(rows: DataFrame, path: str, on: tuple[str, ...], broadcast: bool = False) -> int:
+    """Replace the stored rows whose ``on`` columns match a row of ``rows`` with ``rows``, and add the others: a
+    MERGE that deletes the matched rows (marked in deletion vectors where the table has them on), then an append of
+    ``rows``. ``rows`` must hold each ``on`` combination at most once. The new version (the append's).
 
-    ``broadcast``: ``rows`` are few and small enough for every task to hold them (``fits_broadcast``). MERGE joins
-    them with the whole table to find the files holding the rows they replace, and again to mark those rows in
-    deletion vectors; broadcast, each task looks its rows up in them instead of shuffling the whole table's keys.
-    (Delta keeps the hint on the source it materializes; the join that writes the new rows keeps its shuffle.)"""
-    source = F.broadcast(rows) if broadcast else rows
+    One upsert MERGE (update the matched, insert the rest) gives the same rows in one commit, but writes them through
+    a join of ``rows`` with every row of the files they touch (to tell an update from an insert), and a night's keys
+    are spread over every file of a large table: on the 5M-row state, 10.8 s against 6.5 s for these two commits.
+    The version between them holds neither the old nor the new rows of the keys, so this is for a table read only as
+    of the versions a pointer names (the state), never for a published table.
+
+    ``broadcast``: ``rows`` are few and small enough for every task to hold their keys (``fits_broadcast``): the
+    delete looks each stored row's key up in them instead of shuffling the whole table's keys."""
+    keys = rows.select(*on)
+    source = F.broadcast(keys) if broadcast else keys
     (
         _table(rows.sparkSession, path)
         .alias("stored")
         .merge(source.alias("changed"), _same_key(on))
-        .whenMatchedUpdateAll()
-        .whenNotMatchedInsertAll()
+        .whenMatchedDelete()
         .execute()
     )
+    rows.write.format(DELTA).mode("append").save(path)
     return latest_version(path)
 
 
@@ -141,7 +147,12 @@ def cached_bytes(rows: DataFrame) -> int:
 
 def merge_flagged(rows: DataFrame, path: str, on: tuple[str, ...], flag: str, broadcast: bool = False) -> int:
     """Apply ``rows`` to the table by their ``on`` columns: a row whose ``flag`` is true replaces or adds the stored
-    row, one whose flag is false deletes it; one commit. The new version. ``broadcast``: as for ``merge_rows``."""
+    row, one whose flag is false deletes it; one commit. The new version.
+
+    ``broadcast``: ``rows`` are few and small enough for every task to hold them (``fits_broadcast``). MERGE joins
+    them with the whole table to find the files holding the rows they replace, and again to mark those rows in
+    deletion vectors; broadcast, each task looks its rows up in them instead of shuffling the whole table's keys.
+    (Delta keeps the hint on the source it materializes; the join that writes the new rows keeps its shuffle.)"""
     values = {f"`{name}`": f"changed.`{name}`" for name in rows.columns if name != flag}
     source = F.broadcast(rows) if broadcast else rows
     (

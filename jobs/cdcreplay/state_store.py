@@ -1,8 +1,9 @@
 """The compacted state: one Delta table per pipeline, and the one policy that writes it -- merge or rewrite.
 
 A nightly run changes few keys of a large state, yet rewriting the state costs what the whole state costs, whatever
-the night brought. So an incremental run MERGEs only the new rows of the keys it changed into the state (deletion
-vectors mark the replaced rows; the rest of the files stay as they are). Each such row is the compaction of the
+the night brought. So an incremental run merges only the new rows of the keys it changed into the state: a MERGE
+deletes their stored rows (deletion vectors mark them; the rest of the files stay as they are), then the new rows
+are appended (``delta_tables.replace_rows``: cheaper than one upsert MERGE). Each such row is the compaction of the
 key's stored row with the run's changes (``compaction.changed_rows``), so it is the key's latest row as of the run:
 the merged state is the one a whole rewrite gives. Tombstones are rows like any other, so a deleted key stays deleted.
 
@@ -13,8 +14,10 @@ A run rewrites the state whole (one overwrite commit) instead when it:
   - changes more keys than one broadcast join carries (:data:`cdcreplay.compaction.CARRY_OVER_MAX_CHANGES`) or more
     than :data:`MAX_MERGE_SHARE` of the state's rows: then the rewrite costs less than finding the keys.
 
-Whichever it does, the commit is one new version of the state table; the run's pointer (``warehouse.publish``) names
-it, and the previous version stays readable for the reconciliation and for ``keep_versions``.
+A rewrite is one new version of the state table, a merge two (the delete, then the append); the run's pointer
+(``warehouse.publish``) names the last, and the previous published version stays readable for the reconciliation
+and for ``keep_versions``. The version between a merge's two commits lacks the changed keys: no pointer names it,
+and a run that dies there is rolled back to the published version by the next (``publishing.roll_back_unpublished``).
 """
 
 from __future__ import annotations
@@ -117,8 +120,9 @@ def commit_state(
     change_count: int,
     tombstone_retention_days: int | None,
 ) -> StateCommit:
-    """Commit the run's new state at ``path``: ``changes`` compacted onto ``base_state`` (the published state; None on
-    a full rebuild), merged or written whole as the module docstring says. ``base_patterns``: the published state's
+    """Commit the run's new state at ``path``: ``changes`` compacted onto ``base_state`` (the published state, read
+    as of its version: a read of the newest version would follow the commits made here; None on a full rebuild),
+    merged or written whole as the module docstring says. ``base_patterns``: the published state's
     patterns (:func:`read_patterns`), from which a merge's patterns are updated."""
     if (
         base_state is not None
@@ -131,7 +135,7 @@ def commit_state(
             try:
                 rows.count()  # computed once, here: the merge, the patterns and the type stage read the cache
                 broadcast = delta_tables.fits_broadcast(rows)
-                version = delta_tables.merge_rows(rows, str(path), STATE_KEY, broadcast=broadcast)
+                version = delta_tables.replace_rows(rows, str(path), STATE_KEY, broadcast=broadcast)
                 patterns = None
                 if base_patterns is not None:
                     replaced = state_patterns(change.stored)  # while the stored rows are cached
