@@ -180,6 +180,29 @@ def test_an_archive_of_one_file_is_spread_over_every_core(spark, tmp_path):
     assert archive.spread_over_cores(spread, 2) is spread  # enough partitions already: no shuffle added
 
 
+def test_a_nights_records_in_the_newest_file_are_spread_over_every_core(spark, tmp_path):
+    """A night selects the newest records: of a scan of many splits, the newest file's alone holds them, and that one
+    task would decode the whole night."""
+    for hour in range(4):  # an archive of four hourly files, each its own split
+        records = [Record("t", 0, hour * 10 + i, "{}", timestamp=T0.replace(hour=hour)) for i in range(10)]
+        write_parquet(records, tmp_path / "archive" / f"{hour}.parquet")
+    with session_settings(spark, {"spark.sql.files.openCostInBytes": str(128 * 1024 * 1024)}):  # files unpacked
+        raw = archive.read_archive(spark, archive.archive_files(str(tmp_path / "archive"), "parquet"), "parquet")
+        assert raw.rdd.getNumPartitions() == 4
+        night = archive.select_records(raw, archive.Selection(start=T0.replace(hour=3)))
+        extents, splits = archive.extents_and_splits(night)
+        assert [(e["records"], e["min_offset"]) for e in extents] == [(10, 30)]
+        assert splits == 1
+
+        spread = archive.spread_over_cores(night, 2, splits)
+        assert spread.rdd.getNumPartitions() == 2
+        assert as_tuples(spread) == as_tuples(night)
+        assert archive.extents_and_splits(spread)[1] == 2  # both cores decode
+        # The whole archive: every split holds records; the scan is decoded as it is.
+        assert archive.extents_and_splits(raw)[1] == 4
+        assert archive.spread_over_cores(raw, 2, 4) is raw
+
+
 def test_a_session_cuts_scans_into_four_splits_per_core_unless_it_sets_its_own_minimum(spark):
     # A few large archive files would otherwise be read by fewer tasks than cores (3 tasks on 2 cores at 2M events).
     assert spark.conf.get(MIN_SPLITS) == str(SPLITS_PER_CORE * spark.sparkContext.defaultParallelism)

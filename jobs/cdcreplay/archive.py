@@ -194,8 +194,15 @@ def select_records(raw: DataFrame, selection: Selection) -> DataFrame:
 
 def partition_extents(raw: DataFrame) -> list[dict]:
     """Per topic partition: min/max offset, records (with duplicates) and distinct offsets. Reads coordinates only."""
+    return extents_and_splits(raw)[0]
+
+
+def extents_and_splits(raw: DataFrame) -> tuple[list[dict], int]:
+    """:func:`partition_extents`, and how many of the scan's splits hold the records (:func:`spread_over_cores`),
+    from the same pass."""
     rows = (
         raw.where(F.col("topic").isNotNull() & F.col("partition").isNotNull() & F.col("offset").isNotNull())
+        .withColumn("split", F.spark_partition_id())
         .groupBy("topic", "partition")
         .agg(
             F.min("offset").alias("min_offset"),
@@ -204,17 +211,19 @@ def partition_extents(raw: DataFrame) -> list[dict]:
             F.count_distinct("offset").alias("distinct_offsets"),
             F.min("timestamp").alias("min_timestamp"),
             F.max("timestamp").alias("max_timestamp"),
+            F.collect_set("split").alias("splits"),
         )
         .orderBy("topic", "partition")
         .collect()
     )
-    extents = []
+    extents, splits = [], set()
     for row in rows:
         extent = row.asDict()
+        splits.update(extent.pop("splits"))
         extent["duplicates"] = extent["records"] - extent["distinct_offsets"]
         extent["missing_offsets"] = extent["max_offset"] - extent["min_offset"] + 1 - extent["distinct_offsets"]
         extents.append(extent)
-    return extents
+    return extents, len(splits)
 
 
 def check_offset_ranges(requested: tuple[OffsetRange, ...], archive_extents: list[dict]) -> None:
@@ -261,12 +270,16 @@ def deduplicate(raw: DataFrame) -> DataFrame:
     return raw.dropDuplicates(["topic", "partition", "offset"])
 
 
-def spread_over_cores(records: DataFrame, cores: int) -> DataFrame:
-    """``records`` in at least ``cores`` partitions. A scan makes one task per file split, and a Parquet file splits no
-    finer than its row groups: an archive of one or a few large files would be decoded by one or a few cores while
-    the rest idle (decoding is CPU-bound, most of all in Python). Records are independent of each other here --
-    each decoded row keeps its Kafka coordinates, which give the order -- so a round-robin shuffle is safe."""
-    if records.rdd.getNumPartitions() >= cores:
+def spread_over_cores(records: DataFrame, cores: int, splits_with_records: int | None = None) -> DataFrame:
+    """``records`` in at least ``cores`` partitions that hold them. A scan makes one task per file split, and a Parquet
+    file splits no finer than its row groups: an archive of one or a few large files would be decoded by one or a
+    few cores while the rest idle (decoding is CPU-bound, most of all in Python). So would a night: its records are
+    the newest, in the archive's newest file or two, and the scan's other splits hold none of them (they read the
+    timestamps and drop every record). ``splits_with_records``: how many splits hold ``records`` (from
+    :func:`extents_and_splits`); None takes every split as holding some. Records are independent of each other
+    here -- each decoded row keeps its Kafka coordinates, which give the order -- so a round-robin shuffle is safe."""
+    holding = records.rdd.getNumPartitions() if splits_with_records is None else splits_with_records
+    if holding >= cores:
         return records
     return records.repartition(cores)
 
@@ -277,6 +290,7 @@ def build_manifest(
     gaps: list[dict],
     selection: Selection,
     unreadable: list[UnreadableFile] = (),
+    splits_with_records: int | None = None,
 ) -> dict:
     return {
         "files": files,
@@ -293,4 +307,5 @@ def build_manifest(
         "duplicates": sum(e["duplicates"] for e in extents),
         "missing_offsets": sum(e["missing_offsets"] for e in extents),
         "gaps": gaps,
+        "splits_with_records": splits_with_records,  # of the scan's splits, those that hold selected records
     }

@@ -339,10 +339,10 @@ def read_slice(
     selected = archive.select_records(raw, selection)
     if kafka_staging is not None:
         selected = kafka_source.stage_records(spark, selected, kafka_staging)
-    extents = archive.partition_extents(selected)
+    extents, splits_with_records = archive.extents_and_splits(selected)
     gaps = archive.offset_gaps(selected) if any(e["missing_offsets"] for e in extents) else []
     lost = source_facts.get("kafka", {}).get("lost_to_retention", [])  # logged by kafka_source
-    manifest = archive.build_manifest(files, extents, [*lost, *gaps], selection, unreadable)
+    manifest = archive.build_manifest(files, extents, [*lost, *gaps], selection, unreadable, splits_with_records)
     return files, selected, {**manifest, **source_facts}
 
 
@@ -360,9 +360,11 @@ def decode(
 
     ``base_state`` reaches every decoder (``formats``: one signature); only those whose changes are patches onto
     the stored row (DRS DDS `$set` into embedded documents) read it."""
+    splits_with_records = manifest.get("splits_with_records")
     if manifest["duplicates"]:
         selected = archive.deduplicate(selected)
-    selected = archive.spread_over_cores(selected, spark.sparkContext.defaultParallelism)
+        splits_with_records = None  # shuffled: its partitions are no longer the scan's splits
+    selected = archive.spread_over_cores(selected, spark.sparkContext.defaultParallelism, splits_with_records)
     keep = (F.col("record_kind") != KIND_CHANGE) | F.col("table_id").isin(list(spec.tables)) if spec.tables else None
     module = decoder_module(pipeline.format)
     decoded_dir.remove_tree()  # a re-run of this run id decodes afresh
