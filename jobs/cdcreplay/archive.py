@@ -198,8 +198,9 @@ def partition_extents(raw: DataFrame) -> list[dict]:
 
 
 def extents_and_splits(raw: DataFrame) -> tuple[list[dict], int]:
-    """:func:`partition_extents`, and how many of the scan's splits hold the records (:func:`spread_over_cores`),
-    from the same pass."""
+    """:func:`partition_extents`, and at most how many of the scan's splits hold the records
+    (:func:`spread_over_cores`), from the same pass: the splits from the first to the last that hold a topic
+    partition's records, counted once. (A min and a max: a set of the splits per partition doubled the pass.)"""
     rows = (
         raw.where(F.col("topic").isNotNull() & F.col("partition").isNotNull() & F.col("offset").isNotNull())
         .withColumn("split", F.spark_partition_id())
@@ -211,7 +212,8 @@ def extents_and_splits(raw: DataFrame) -> tuple[list[dict], int]:
             F.count_distinct("offset").alias("distinct_offsets"),
             F.min("timestamp").alias("min_timestamp"),
             F.max("timestamp").alias("max_timestamp"),
-            F.collect_set("split").alias("splits"),
+            F.min("split").alias("first_split"),
+            F.max("split").alias("last_split"),
         )
         .orderBy("topic", "partition")
         .collect()
@@ -219,7 +221,7 @@ def extents_and_splits(raw: DataFrame) -> tuple[list[dict], int]:
     extents, splits = [], set()
     for row in rows:
         extent = row.asDict()
-        splits.update(extent.pop("splits"))
+        splits.update(range(extent.pop("first_split"), extent.pop("last_split") + 1))
         extent["duplicates"] = extent["records"] - extent["distinct_offsets"]
         extent["missing_offsets"] = extent["max_offset"] - extent["min_offset"] + 1 - extent["distinct_offsets"]
         extents.append(extent)
