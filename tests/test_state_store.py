@@ -72,32 +72,32 @@ def test_merged_nights_read_as_the_whole_merge_of_their_history(spark, tmp_path,
     path = tmp_path / "state"
     assert write_state(latest_rows(frame(spark, DAY_1)), path) == 0
     committed = night(spark, path, DAY_2)
-    assert (committed.version, committed.merged, committed.patterns) == (2, True, None)  # delete, then append
+    assert (committed.version, committed.merged, committed.patterns) == (1, True, None)
     # The merged rows stay for the type stage: the new rows of exactly the keys the night changed.
     night_keys = {(r.table_id, r.key) for r in frame(spark, DAY_2).collect()}
     assert sorted((r.table_id, r.key) for r in committed.merged_rows.collect()) == sorted(night_keys)
     committed.release_merged_rows()
-    assert night(spark, path, DAY_3).version == 4
+    assert night(spark, path, DAY_3).version == 2
 
     expected = latest_rows(frame(spark, DAY_1 + DAY_2 + DAY_3))
     assert_same_frames(read_state(spark, path), expected)
-    assert_same_frames(read_state(spark, path, 4), expected)
-    # The earlier versions a night ended with still read as of their own nights.
-    assert_same_frames(read_state(spark, path, 2), latest_rows(frame(spark, DAY_1 + DAY_2)))
+    assert_same_frames(read_state(spark, path, 2), expected)
+    # The earlier versions still read as of their own nights.
+    assert_same_frames(read_state(spark, path, 1), latest_rows(frame(spark, DAY_1 + DAY_2)))
     assert_same_frames(read_state(spark, path, 0), latest_rows(frame(spark, DAY_1)))
     assert read_state(spark, path).columns == read_state(spark, path, 0).columns
-    # Between a night's two commits: the state before it without the keys it changed (no pointer names this version).
-    day_1, day_2_keys = latest_rows(frame(spark, DAY_1)), frame(spark, DAY_2).select("table_id", "key").distinct()
-    assert_same_frames(
-        read_state(spark, path, 1), day_1.join(day_2_keys, ["table_id", "key"], "left_anti").select(*day_1.columns)
-    )
-    # Merged, not rewritten: the replaced rows are marked in deletion vectors beside the files they are in, and the
-    # new rows appended.
+    # Merged, not rewritten: one commit a night marks the replaced rows in deletion vectors beside the files they are
+    # in, and adds the new rows.
     history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").orderBy("version").collect()
-    assert [r.operation for r in history] == ["WRITE", "MERGE", "WRITE", "MERGE", "WRITE"]
-    assert [r.operationParameters["mode"] for r in history[2::2]] == ["Append", "Append"]
-    assert int(history[1].operationMetrics["numTargetDeletionVectorsAdded"]) > 0
-    assert int(history[1].operationMetrics["numTargetRowsCopied"]) == 0
+    assert [(r.operation, "replaceOnCond" in r.operationParameters) for r in history] == [
+        ("WRITE", False),
+        ("WRITE", True),
+        ("WRITE", True),
+    ]
+    stored_keys = {(r.table_id, r.key) for r in latest_rows(frame(spark, DAY_1)).collect()}
+    assert int(history[1].operationMetrics["numDeletedRows"]) == len(night_keys & stored_keys)
+    night_1 = [json.loads(line) for line in (path / "_delta_log" / f"{1:020d}.json").read_text().splitlines()]
+    assert any((action.get("add") or {}).get("deletionVector") for action in night_1)
 
 
 def test_a_merge_source_is_broadcast_when_its_cached_rows_are_small(spark, monkeypatch):
@@ -248,8 +248,8 @@ def test_nights_merge_until_a_limit_and_publish_what_a_full_rebuild_does(spark, 
     compacted = [r.getMessage().split(" compacted, ")[1] for r in caplog.records if "compact: done" in r.getMessage()]
     merged, whole = "changed keys merged into the state", "state written whole"
     assert compacted == [whole, merged, merged, whole, merged, whole]
-    # One state table: a night merged into it adds two versions (the delete, the append), one written whole one.
-    assert [s["state"]["version"] for s in summaries] == [0, 2, 4, 5, 7, 8]
+    # One state table, one version a night.
+    assert [s["state"]["version"] for s in summaries] == [0, 1, 2, 3, 4, 5]
     assert (summaries[2]["tables"]["shop.a"]["rows"], summaries[2]["tables"]["shop.a"]["tombstones"]) == (11, 0)
 
     # The state of a night merged onto a merged state, of a merge onto a state written whole, and the last: each
@@ -315,7 +315,7 @@ def test_with_one_version_kept_a_nights_reconciliation_still_reads_the_state_it_
     assert [entry["version"] for entry in current["history"]] == [versions[1]]
     assert current["built_on"]["version"] == versions[0]
     assert summaries[1]["base_state"] == summaries[0]["state"]
-    assert kept_patterns() == ["0.json", "2.json"]  # named by state version: night 2 merged, in two commits
+    assert kept_patterns() == ["0.json", "1.json"]
     assert reconcile_main(["--config", str(root / "p.yaml"), "--run-id", "n2"]) == EXIT_OK
     reconciled = json.loads(paths.run_file("n2", "summary.json").read_text())
     assert reconciled["reconciliation"]["verdict"] == "pass"
@@ -323,7 +323,7 @@ def test_with_one_version_kept_a_nights_reconciliation_still_reads_the_state_it_
     third = replay_nights(tmp_path, "one", [(3, NIGHTS[3])], keep_versions=1)[0]
     current = read_current(paths)
     assert [current["history"][0]["version"], current["built_on"]["version"]] == [third["version"], versions[1]]
-    assert kept_patterns() == ["2.json", "4.json"]  # night 1's state version goes with the next publish
+    assert kept_patterns() == ["1.json", "2.json"]  # night 1's state version goes with the next publish
 
 
 A_TYPES = {"id": "int", "v": "string"}

@@ -1,9 +1,9 @@
 """The compacted state: one Delta table per pipeline, and the one policy that writes it -- merge or rewrite.
 
 A nightly run changes few keys of a large state, yet rewriting the state costs what the whole state costs, whatever
-the night brought. So an incremental run merges only the new rows of the keys it changed into the state: a MERGE
-deletes their stored rows (deletion vectors mark them; the rest of the files stay as they are), then the new rows
-are appended (``delta_tables.replace_rows``: cheaper than one upsert MERGE). Each such row is the compaction of the
+the night brought. So an incremental run merges only the new rows of the keys it changed into the state: one commit
+deletes their stored rows (deletion vectors mark them; the rest of the files stay as they are) and appends the new
+rows (``delta_tables.replace_rows``: cheaper than an upsert MERGE). Each such row is the compaction of the
 key's stored row with the run's changes (``compaction.changed_rows``), so it is the key's latest row as of the run:
 the merged state is the one a whole rewrite gives. Tombstones are rows like any other, so a deleted key stays deleted.
 
@@ -14,10 +14,9 @@ A run rewrites the state whole (one overwrite commit) instead when it:
   - changes more keys than one broadcast join carries (:data:`cdcreplay.compaction.CARRY_OVER_MAX_CHANGES`) or more
     than :data:`MAX_MERGE_SHARE` of the state's rows: then the rewrite costs less than finding the keys.
 
-A rewrite is one new version of the state table, a merge two (the delete, then the append); the run's pointer
-(``warehouse.publish``) names the last, and the previous published version stays readable for the reconciliation
-and for ``keep_versions``. The version between a merge's two commits lacks the changed keys: no pointer names it,
-and a run that dies there is rolled back to the published version by the next (``publishing.roll_back_unpublished``).
+Either is one new version of the state table; the run's pointer (``warehouse.publish``) names it, and the previous
+published version stays readable for the reconciliation and for ``keep_versions``. A run that dies after committing
+and before publishing is rolled back to the published version by the next (``publishing.roll_back_unpublished``).
 """
 
 from __future__ import annotations
