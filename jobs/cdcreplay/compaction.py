@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from typing import NamedTuple
 
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from cdcreplay import schema as S
@@ -73,16 +73,21 @@ def latest_rows(changelog: DataFrame, partial_images: bool | None = None) -> Dat
     would compute the whole compaction twice.
     """
     rows = changelog.where(F.col("op").isin(*S.ROW_OPS) & F.col("key").isNotNull())
-    last = F.max_by(F.struct(*S.CHANGELOG_COLUMNS), event_order()).alias("last")
     if partial_images is None:
         partial_images = has_partial_images(rows)
     if partial_images:
-        # One shuffle gives each key its last event and, to complete it where it is partial, every image it had.
-        images = F.collect_list(F.struct(event_order().alias("order"), "op", "after")).alias("images")
-        grouped = rows.groupBy("table_id", "key").agg(last, images).select("last.*", "images")
+        # One shuffle and one sort by key and order give each key its last event and, to complete it where it is
+        # partial, every image it had. (A groupBy with max_by and collect_list did the same through a map-side
+        # aggregation that merges nothing, the rows of a key being spread over the input's partitions, and that
+        # falls back to sorting every partition: on a 5M-key night, 5.3 s against 4.3 s for the window.)
+        by_key = Window.partitionBy("table_id", "key").orderBy(event_order().desc())
+        whole_key = by_key.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+        images = F.collect_list(F.struct(event_order().alias("order"), "op", "after")).over(whole_key)
+        ranked = rows.select(*S.CHANGELOG_COLUMNS, F.row_number().over(by_key).alias("rank"), images.alias("images"))
         completed = F.when(_partial_image(), _laid_over(F.col("images"))).otherwise(F.col("after"))
-        latest = grouped.withColumn("after", completed).drop("images")
+        latest = ranked.where(F.col("rank") == 1).withColumn("after", completed).drop("rank", "images")
     else:
+        last = F.max_by(F.struct(*S.CHANGELOG_COLUMNS), event_order()).alias("last")
         latest = rows.groupBy("table_id", "key").agg(last).select("last.*")
     latest = _apply_truncates(changelog, latest)
     return latest.withColumn("deleted", F.col("op") == S.OP_DELETE)
