@@ -77,6 +77,19 @@ def test_delta_rs_reads_every_published_table_as_spark_does(spark, tmp_path, mon
     }
 
 
+def test_a_merge_replaces_adds_and_deletes_by_flag_and_a_null_key_matches_no_row(spark, tmp_path):
+    """A changed row flagged true replaces its key's row or adds it, one flagged false deletes it (or, new, is left
+    out); the keys match by plain equality, so a changed row whose key typed to NULL (held back) touches no row."""
+    path = str(tmp_path / "t")
+    schema = "id bigint, v string, _published boolean"
+    delta_tables.write_whole(spark.createDataFrame([(1, "a"), (2, "b"), (3, "c")], "id bigint, v string"), path)
+    night = [(2, "gone", False), (3, "C", True), (4, "new", True), (5, "held back", False), (None, "bad key", False)]
+    version = delta_tables.merge_flagged(spark.createDataFrame(night, schema), path, ("id",), "_published")
+    assert version == 1
+    expected = spark.createDataFrame([(1, "a"), (3, "C"), (4, "new")], "id bigint, v string")
+    assertDataFrameEqual(delta_tables.read_version(spark, path, version), expected)
+
+
 def test_a_tables_merges_follow_the_deletion_vectors_option_each_time(spark, tmp_path):
     """On, a merge marks the rows it replaces; off again, the next merge rewrites the file that holds them (copying
     its other rows), and the table's protocol keeps allowing deletion vectors, as the option's doc says."""

@@ -183,9 +183,15 @@ def use_deletion_vectors(spark: SparkSession, path: str, enabled: bool) -> None:
 
 
 def _same_key(on: tuple[str, ...]) -> str:
-    """A merge's or a replace's match of a ``changed`` row with a ``stored`` one: equal ``on`` columns (NULL equal to
-    NULL)."""
-    return " AND ".join(f"{STORED}.`{name}` <=> {CHANGED}.`{name}`" for name in on)
+    """A merge's or a replace's match of a ``changed`` row with a ``stored`` one: equal ``on`` columns.
+
+    Plain equality, which never matches NULL: a stored key is never NULL (the state's keys come from row events
+    with a key; a published table whose key column holds NULL fails its audit and is rolled back before the next
+    run merges into it), so a changed row with a NULL key matches nothing with ``<=>`` either. It lets Spark hash
+    the key as it is: one bigint key column is looked up in a table of longs, where ``<=>`` made it two columns (the
+    value and whether it is NULL) hashed as bytes; on the 5M-row night the joins' lookups were ~8% of the tasks' CPU.
+    """
+    return " AND ".join(f"{STORED}.`{name}` = {CHANGED}.`{name}`" for name in on)
 
 
 def row_count(spark: SparkSession, path: str, version: int) -> int:

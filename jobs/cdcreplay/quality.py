@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cdcreplay.spark import limits_use_every_core
+from cdcreplay.spark import limits_use_every_core, vectorized_parquet_reads
 
 SUITE_RECONCILIATION_DIFF = "reconciliation_diff"
 SUITE_LATEST_STATE = "latest_state"
@@ -420,8 +420,11 @@ def _cached_while_validated(df, compute_first: bool):
         return
     try:
         if compute_first:
-            df.persist()
-            df.count()
+            # Spark alone reads the table into the cache (planned when persisted), so with the vectorized Parquet
+            # reader; GX's queries, which may run Python, read the cache.
+            with vectorized_parquet_reads(df.sparkSession):
+                df.persist()
+                df.count()
         yield
     finally:
         df.unpersist()

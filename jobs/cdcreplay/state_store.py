@@ -22,6 +22,7 @@ and before publishing is rolled back to the published version by the next (``pub
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
@@ -134,12 +135,12 @@ def commit_state(
             try:
                 rows.count()  # computed once, here: the merge, the patterns and the type stage read the cache
                 broadcast = delta_tables.fits_broadcast(rows)
-                version = delta_tables.replace_rows(rows, str(path), STATE_KEY, broadcast=broadcast)
-                patterns = None
-                if base_patterns is not None:
-                    replaced = state_patterns(change.stored)  # while the stored rows are cached
-                    changed = changed_patterns(base_patterns, replaced, state_patterns(rows))
-                    patterns = local_patterns(changed) if changed is not None else None
+                # The patterns read only cached rows: their small jobs run beside the replace, on the cores its
+                # commit leaves idle (reading the table's log, planning, committing), not after it.
+                with ThreadPoolExecutor(max_workers=1) as beside:
+                    pending = beside.submit(_merged_patterns, base_patterns, change.stored, rows)
+                    version = delta_tables.replace_rows(rows, str(path), STATE_KEY, broadcast=broadcast)
+                    patterns = pending.result()
             except BaseException:
                 rows.unpersist()
                 raise
@@ -147,6 +148,15 @@ def commit_state(
     merged = merge_with_state(base_state, changes, change_count)
     version = write_state(purge_tombstones(merged, tombstone_retention_days), path)
     return StateCommit(version, merged=False, patterns=None)
+
+
+def _merged_patterns(base_patterns: DataFrame | None, stored: DataFrame, rows: DataFrame) -> DataFrame | None:
+    """The patterns of the state once ``rows`` replace the ``stored`` rows of their keys, from the published state's
+    ``base_patterns`` (:func:`changed_patterns`); None where they cannot be told without the whole state."""
+    if base_patterns is None:
+        return None
+    changed = changed_patterns(base_patterns, state_patterns(stored), state_patterns(rows))
+    return local_patterns(changed) if changed is not None else None
 
 
 def _rows_of(state: DataFrame, patterns: DataFrame | None) -> int:
