@@ -189,7 +189,8 @@ def _same_key(on: tuple[str, ...]) -> str:
     with a key; a published table whose key column holds NULL fails its audit and is rolled back before the next
     run merges into it), so a changed row with a NULL key matches nothing with ``<=>`` either. It lets Spark hash
     the key as it is: one bigint key column is looked up in a table of longs, where ``<=>`` made it two columns (the
-    value and whether it is NULL) hashed as bytes; on the 5M-row night the joins' lookups were ~8% of the tasks' CPU.
+    value and whether it is NULL) hashed as bytes. On the 5M-row night, lookups in such byte-keyed tables took ~8% of
+    the tasks' CPU (a Java Flight Recorder profile); the typed table's three MERGE scans went from 3.6 to 2.9 s.
     """
     return " AND ".join(f"{STORED}.`{name}` = {CHANGED}.`{name}`" for name in on)
 
