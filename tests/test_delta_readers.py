@@ -79,7 +79,8 @@ def test_delta_rs_reads_every_published_table_as_spark_does(spark, tmp_path, mon
 
 def test_a_merge_replaces_adds_and_deletes_by_flag_and_a_null_key_matches_no_row(spark, tmp_path):
     """A changed row flagged true replaces its key's row or adds it, one flagged false deletes it (or, new, is left
-    out); the keys match by plain equality, so a changed row whose key typed to NULL (held back) touches no row."""
+    out), and a changed row whose key typed to NULL (held back) touches no row and is not added. (Whether keys match
+    by `=` or `<=>` gives the same rows here: a stored key is never NULL, see delta_tables._same_key.)"""
     path = str(tmp_path / "t")
     schema = "id bigint, v string, _published boolean"
     delta_tables.write_whole(spark.createDataFrame([(1, "a"), (2, "b"), (3, "c")], "id bigint, v string"), path)
