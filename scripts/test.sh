@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install everything, lint, and run the whole test suite (real Spark, Airflow, GX and fastavro; 35-65 minutes on 2 cores).
+# Install everything, lint, and run the whole test suite (real Spark, Airflow, GX and fastavro; 30-80 minutes on 2 cores).
 #   scripts/test.sh [pytest options]     e.g. scripts/test.sh -m unit for the everyday tier (tiers: tests/conftest.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
