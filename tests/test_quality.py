@@ -224,6 +224,26 @@ def test_latest_state_suite_per_table(spark, tmp_path):
     assert "latest_state.shop.public.t" in index and "latest_state.shop.public.u" in index
 
 
+def test_a_runner_validates_several_tables_at_once_each_with_its_own_suite(spark, tmp_path):
+    # A run's audit validates its tables several at a time in one GX context. Table ids that differ only in empty
+    # dotted parts would share one store file (GX files "a.b" as a/b.json) and so one suite.
+    good = spark.createDataFrame([(1, "x"), (2, "y")], "id int, v string")
+    bad = spark.createDataFrame([(1, "x"), (1, "y")], "id int, v string")
+    tables = {".": good, "..": bad, "_": good, "shop.t": bad, "shop..t": good}
+    runner = quality.SuiteRunner(data_docs_dir=tmp_path / "docs")
+    validations = [quality.latest_state_validation(df, ["id"], table_id=t, rows=2) for t, df in tables.items()]
+    results = runner.validate_all(validations)
+    assert [(r.suite_name, r.success) for r in results] == [
+        ("latest_state._._", True),
+        ("latest_state._._._", False),
+        ("latest_state._", True),
+        ("latest_state.shop.t", False),
+        ("latest_state.shop._.t", True),
+    ]
+    assert results[1].failed == ["expect_column_values_to_be_unique(column=id): 2 unexpected of 2 (1: 2)"]
+    assert runner.build_data_docs() == str((tmp_path / "docs" / "index.html").resolve())
+
+
 def test_invalid_suite_names_file_and_expectation(spark, tmp_path):
     (tmp_path / "broken.json").write_text(
         json.dumps({"name": "broken", "expectations": [{"type": "expect_column_values_to_be_bogus", "kwargs": {}}]})

@@ -34,11 +34,17 @@ def audit_tables(
     if layouts:
         with local_folder(data_docs) as docs_folder:  # GX writes its site to local files
             runner = quality.SuiteRunner(data_docs_dir=docs_folder)
-            for table_id, layout in sorted(layouts.items()):
-                frame = delta_tables.read_version(spark, str(paths.table_dir(table_id)), versions[table_id])
-                outcome = quality.validate_latest_state(
-                    frame, list(layout.key_columns), table_id=table_id, runner=runner, rows=rows.get(table_id)
+            tables = sorted(layouts)
+            validations = [
+                quality.latest_state_validation(
+                    delta_tables.read_version(spark, str(paths.table_dir(table_id)), versions[table_id]),
+                    list(layouts[table_id].key_columns),
+                    table_id=table_id,
+                    rows=rows.get(table_id),
                 )
+                for table_id in tables
+            ]
+            for table_id, outcome in zip(tables, runner.validate_all(validations), strict=True):
                 results[table_id] = {"success": outcome.success, "failed": outcome.failed}
             runner.build_data_docs()
     failed = {table_id: r["failed"] for table_id, r in results.items() if not r["success"]}

@@ -31,6 +31,7 @@ import json
 import os
 import re
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -262,16 +263,55 @@ def _describe_failure(kind: str, kwargs: dict, result: dict, exception: dict | N
 
 
 def _safe(name: str) -> str:
-    return _SAFE_NAME.sub("_", name)
+    """``name`` as a GX store key: GX files a suite named ``a.b`` as ``a/b.json``, so an empty part (a table id
+    such as ``.`` or ``a..b``) gets a name too, else two names could share one file."""
+    return ".".join(part or "_" for part in _SAFE_NAME.sub("_", name).split("."))
+
+
+@dataclass(frozen=True)
+class Validation:
+    """A Spark DataFrame ``df`` to validate with ``<expectations_dir>/<suite_name>.json`` (see :func:`run_suite`
+    for the other fields). ``rows``: about how many rows ``df`` has, when the caller knows (see
+    :data:`CLUSTERED_CACHE_MIN_ROWS`)."""
+
+    df: Any
+    suite_name: str
+    parameters: dict | None = None
+    suite_label: str | None = None
+    asset_name: str | None = None
+    run_name: str | None = None
+    rows: int | None = None
+
+    @property
+    def clustered(self) -> bool:
+        return self.rows is not None and self.rows >= CLUSTERED_CACHE_MIN_ROWS
+
+
+@dataclass(frozen=True)
+class _Registered:
+    """A validation added to the runner's context: its suite's label, GX's validation definition, the frame it
+    reads (narrowed, clustered) and the validation asked for."""
+
+    label: str
+    definition: Any
+    df: Any
+    validation: Validation
+
+
+# A small frame's suite is a dozen small Spark jobs, so its time is the driver's latency between them: several run at
+# once (Spark runs concurrent jobs from several threads). A large frame's suite is bound by its scans: those run one
+# after the other, each cached while it is checked.
+VALIDATIONS_AT_ONCE = 4
 
 
 class SuiteRunner:
     """Validations that share one GX context, and with it one Data Docs site built once, at the end.
 
-    A run audits every table it typed: one context per table would build the context and its Spark data source again
-    per table, and re-render the Data Docs site after each one (about 0.4 s per table here, paid hundreds of times by
-    a database of hundreds of tables). Here each :meth:`validate` adds one suite, asset and validation definition to
-    the shared context and stores its result; :meth:`build_data_docs` renders the site from all of them.
+    A run audits every table it typed: one context per table would build the context again per table, and re-render
+    the Data Docs site after each one (about 0.4 s per table here, paid hundreds of times by a database of hundreds of
+    tables). Here each validation adds one suite, asset and validation definition to the shared context and stores
+    its result; :meth:`build_data_docs` renders the site from all of them. Each validation gets its own GX data
+    source, and with it its own execution engine and batch: :meth:`validate_all` runs several at once.
     """
 
     def __init__(self, expectations_dir: Path | str | None = None, data_docs_dir: Path | str | None = None):
@@ -280,46 +320,60 @@ class SuiteRunner:
         if self.docs is not None:
             self.docs.mkdir(parents=True, exist_ok=True)
         self.context = _context(self.docs)
-        self.source = self.context.data_sources.add_spark("spark")
         self._labels: set[str] = set()
         self._assets: set[str] = set()
+        self._sources = 0
 
-    def validate(
-        self,
-        df,
-        suite_name: str,
-        *,
-        parameters: dict | None = None,
-        suite_label: str | None = None,
-        asset_name: str | None = None,
-        run_name: str | None = None,
-        rows: int | None = None,
-    ) -> SuiteResult:
-        """Validate Spark DataFrame ``df`` with ``<expectations_dir>/<suite_name>.json`` (see :func:`run_suite`).
-        ``rows``: about how many rows ``df`` has, when the caller knows (see :data:`CLUSTERED_CACHE_MIN_ROWS`)."""
+    def validate_all(self, validations: list[Validation]) -> list[SuiteResult]:
+        """Each of ``validations``, its result in the same order: the small frames' suites several at a time
+        (:data:`VALIDATIONS_AT_ONCE`), then the large frames' one by one."""
+        if not validations:
+            return []
+        registered = [self._register(validation) for validation in validations]  # GX's context: one thread
+        results: dict[int, SuiteResult] = {}
+        spark = validations[0].df.sparkSession
+        with limits_use_every_core(spark):
+            small = [i for i, validation in enumerate(validations) if not validation.clustered]
+            with ThreadPoolExecutor(max_workers=VALIDATIONS_AT_ONCE) as pool:
+                running = {i: pool.submit(self._run, registered[i]) for i in small}
+                results.update({i: done.result() for i, done in running.items()})
+            for i, validation in enumerate(validations):
+                if validation.clustered:
+                    results[i] = self._run(registered[i])
+        return [results[i] for i in range(len(validations))]
+
+    def _register(self, validation: Validation) -> _Registered:
         import great_expectations as gx
-        from great_expectations.core.run_identifier import RunIdentifier
 
-        config = load_suite_config(suite_name, self.expectations_dir)
-        label = _unique(_safe(suite_label or suite_name), self._labels)
-        expectations = render_expectations(config, parameters)
+        config = load_suite_config(validation.suite_name, self.expectations_dir)
+        label = _unique(_safe(validation.suite_label or validation.suite_name), self._labels)
+        expectations = render_expectations(config, validation.parameters)
         suite = self.context.suites.add_or_update(_build_suite(label, config, expectations))
-        df = _narrowed(df, expectations)
-        clustered = rows is not None and rows >= CLUSTERED_CACHE_MIN_ROWS
-        if clustered:
+        df = _narrowed(validation.df, expectations)
+        if validation.clustered:
             df = _clustered_for_uniqueness(df, expectations)
-        asset = self.source.add_dataframe_asset(_unique(_safe(asset_name or label), self._assets))
+        # A short name: GX puts it, with the asset's, in the result's file name.
+        self._sources += 1
+        source = self.context.data_sources.add_spark(f"spark-{self._sources}")
+        asset = source.add_dataframe_asset(_unique(_safe(validation.asset_name or label), self._assets))
         batch_definition = asset.add_batch_definition_whole_dataframe("whole_dataframe")
-        validation = self.context.validation_definitions.add(
+        definition = self.context.validation_definitions.add(
             gx.ValidationDefinition(name=f"{label}-validation", data=batch_definition, suite=suite)
         )
-        with limits_use_every_core(df.sparkSession), _cached_while_validated(df, compute_first=clustered):
-            outcome = validation.run(
-                batch_parameters={"dataframe": df},
+        return _Registered(label, definition, df, validation)
+
+    @staticmethod
+    def _run(registered: _Registered) -> SuiteResult:
+        from great_expectations.core.run_identifier import RunIdentifier
+
+        run_name = registered.validation.run_name
+        with _cached_while_validated(registered.df, compute_first=registered.validation.clustered):
+            outcome = registered.definition.run(
+                batch_parameters={"dataframe": registered.df},
                 result_format={"result_format": "SUMMARY"},
                 run_id=RunIdentifier(run_name=run_name) if run_name else None,
             )
-        return _summarize(label, outcome)
+        return _summarize(registered.label, outcome)
 
     def build_data_docs(self) -> str | None:
         """Render the Data Docs site of every validation so far; the path of its ``index.html`` (None without one)."""
@@ -491,18 +545,35 @@ def run_suite(
     site, use a :class:`SuiteRunner`. ``rows``: about how many rows ``df`` has, when known: a frame of
     :data:`CLUSTERED_CACHE_MIN_ROWS` or more is cached clustered by its uniqueness check's key.
     """
+    validation = Validation(df, suite_name, parameters, suite_label, asset_name, run_name, rows)
+    return _validated_alone(validation, expectations_dir, data_docs_dir)
+
+
+def _validated_alone(
+    validation: Validation, expectations_dir: Path | str | None, data_docs_dir: Path | str | None
+) -> SuiteResult:
+    """One validation in a runner of its own, with its Data Docs site (when ``data_docs_dir`` is given)."""
     runner = SuiteRunner(expectations_dir, data_docs_dir)
-    result = runner.validate(
-        df,
-        suite_name,
-        parameters=parameters,
-        suite_label=suite_label,
-        asset_name=asset_name,
-        run_name=run_name,
-        rows=rows,
-    )
+    result = runner.validate_all([validation])[0]
     result.data_docs_index = runner.build_data_docs()
     return result
+
+
+def latest_state_validation(
+    df, key_columns: list[str], table_id: str | None = None, rows: int | None = None
+) -> Validation:
+    """The ``latest_state`` suite on one published table: key columns not null and (compound) unique. ``rows``: the
+    table's row count, when known (see :data:`CLUSTERED_CACHE_MIN_ROWS`)."""
+    if not key_columns:
+        raise ValueError(f"validate_latest_state needs the key columns of table {table_id or '(unnamed)'}")
+    return Validation(
+        df,
+        SUITE_LATEST_STATE,
+        parameters={"key_columns": list(key_columns)},
+        suite_label=f"{SUITE_LATEST_STATE}.{table_id}" if table_id else SUITE_LATEST_STATE,
+        asset_name=table_id or SUITE_LATEST_STATE,
+        rows=rows,
+    )
 
 
 def validate_latest_state(
@@ -511,24 +582,8 @@ def validate_latest_state(
     expectations_dir: Path | str | None = None,
     data_docs_dir: Path | str | None = None,
     table_id: str | None = None,
-    runner: SuiteRunner | None = None,
     rows: int | None = None,
 ) -> SuiteResult:
-    """Run the ``latest_state`` suite on one published table: key columns not null and (compound) unique.
-
-    With a ``runner`` (the audit of a run's tables) the result goes into its context and Data Docs are left to its
-    ``build_data_docs``; without, this is one :func:`run_suite` (Data Docs built in ``data_docs_dir``). ``rows``:
-    the table's row count, when known (see :data:`CLUSTERED_CACHE_MIN_ROWS`).
-    """
-    if not key_columns:
-        raise ValueError(f"validate_latest_state needs the key columns of table {table_id or '(unnamed)'}")
-    label = f"{SUITE_LATEST_STATE}.{table_id}" if table_id else SUITE_LATEST_STATE
-    options = {
-        "parameters": {"key_columns": list(key_columns)},
-        "suite_label": label,
-        "asset_name": table_id or SUITE_LATEST_STATE,
-        "rows": rows,
-    }
-    if runner is not None:
-        return runner.validate(df, SUITE_LATEST_STATE, **options)
-    return run_suite(df, SUITE_LATEST_STATE, expectations_dir, data_docs_dir, **options)
+    """Run the ``latest_state`` suite (:func:`latest_state_validation`) on one table, as one :func:`run_suite`
+    (Data Docs built in ``data_docs_dir``). A run's audit validates all its tables in one :class:`SuiteRunner`."""
+    return _validated_alone(latest_state_validation(df, key_columns, table_id, rows), expectations_dir, data_docs_dir)
