@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import reduce
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from cdcreplay.compaction import event_order
@@ -114,21 +114,13 @@ def layouts_of_patterns(patterns: DataFrame) -> tuple[dict[str, TableLayout], di
     """:func:`table_layouts` of the state whose patterns are ``patterns``: folded from each table's oldest pattern
     to its newest. The newest declaration of a column is the one of the newest pattern that declares it (every row of
     a pattern declares the same columns)."""
-    newest_first = Window.partitionBy("table_id", "deleted").orderBy(F.col("newest").desc())
-    ranked = patterns.select(
-        "table_id",
-        "deleted",
-        "declared",
-        "carried",
-        "key_columns",
-        "count",
-        F.row_number().over(newest_first).alias("rank"),
-    ).collect()
+    # A handful of rows per table (one per schema version), already computed: folded here, in the driver's Python.
+    found = patterns.select("table_id", "deleted", "declared", "carried", "key_columns", "newest", "count").collect()
     types: dict[str, dict[str, str]] = {}
     keys: dict[str, tuple[str, ...]] = {}
     rows: dict[str, int] = {}
     tombstones: dict[str, int] = {}
-    for row in sorted(ranked, key=lambda r: (r.table_id, -r.rank)):  # each table's oldest pattern first
+    for row in sorted(found, key=lambda r: (r.table_id, spark_order(r.newest))):  # each table's oldest pattern first
         if row.deleted:
             tombstones[row.table_id] = tombstones.get(row.table_id, 0) + row["count"]
             continue
@@ -138,8 +130,7 @@ def layouts_of_patterns(patterns: DataFrame) -> tuple[dict[str, TableLayout], di
             table_types.setdefault(column, "string")
         for entry in row.declared or ():
             table_types[entry.key] = entry.value
-        if row.rank == 1:
-            keys[row.table_id] = tuple(row.key_columns)
+        keys[row.table_id] = tuple(row.key_columns)  # the newest pattern's key, in the end
     counts = {t: StateCounts(rows.get(t, 0), tombstones.get(t, 0)) for t in sorted({*rows, *tombstones})}
     layouts = {}
     for table_id, key_columns in keys.items():
@@ -149,6 +140,16 @@ def layouts_of_patterns(patterns: DataFrame) -> tuple[dict[str, TableLayout], di
         ]
         layouts[table_id] = TableLayout(table_id, key_columns, tuple(ordered))
     return layouts, counts
+
+
+def spark_order(value) -> tuple:
+    """A sort key that orders values as Spark orders them ascending: NULL first, arrays and structs (a Row is a tuple)
+    element by element, a shorter array before a longer one it begins."""
+    if value is None:
+        return (0,)
+    if isinstance(value, list | tuple):
+        return (1, tuple(spark_order(item) for item in value))
+    return (1, value)
 
 
 def _live_rows(state: DataFrame, layout: TableLayout) -> DataFrame:

@@ -34,8 +34,9 @@ from cdcreplay.tables import (
     typed_table,
 )
 
-# One Spark job per table: with many small tables the time goes to the driver's planning and scheduling of each job,
-# so a few run at once (Spark runs concurrent jobs from several threads; the executors' cores are shared).
+# One Spark job per table (and one for the rows held back): with many small tables the time goes to the driver's
+# planning and scheduling of each job, so a few run at once (Spark runs concurrent jobs from several threads; the
+# executors' cores are shared).
 TYPED_WRITES_AT_ONCE = 4
 # A typed table is merged with its changed keys' rows, instead of written whole, from this many rows on, when a night
 # changes at most TYPED_MERGE_MAX_SHARE of them: below, a rewrite costs less than a merge's join (a small table's
@@ -95,13 +96,15 @@ def type_tables(
         else:
             versions[table_id] = delta_tables.write_whole(typed_table(rows, retyped[table_id]), path)
 
+    clean = _merged_without_conflicts(published, merged_tables)
     with ThreadPoolExecutor(max_workers=TYPED_WRITES_AT_ONCE) as pool:
+        # The rows held back are found in the state (not in the typed tables), so beside the writes.
+        held_back = pool.submit(
+            _write_type_conflicts, spark, state, committed.merged_rows, retyped, clean, run_dir / TYPE_CONFLICTS_FOLDER
+        )
         for done in [pool.submit(write_typed, table_id) for table_id in sorted(retyped)]:
             done.result()  # the first failure ends the run, as one written in sequence would
-    clean = _merged_without_conflicts(published, merged_tables)
-    conflicts = _write_type_conflicts(
-        spark, state, committed.merged_rows, retyped, clean, run_dir / TYPE_CONFLICTS_FOLDER
-    )
+        conflicts = held_back.result()
     conflicts.update({table_id: info.get("type_conflicts", 0) for table_id, info in unchanged.items()})
     for table_id in sorted(merged_tables):
         # A merge matches typed keys: two keys of the state that type to one value (text "01" and "1" in an int
