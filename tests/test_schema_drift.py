@@ -171,6 +171,23 @@ def test_the_debezium_schema_drives_the_same_rules(spark, tmp_path):
     assert rows == [{"id": 1, "n": 1, "note": None}, {"id": 2, "n": 9000000000, "note": "x"}]
 
 
+def test_patterns_are_ordered_in_python_as_spark_orders_their_newest_event(spark):
+    # The layouts fold a table's patterns from the oldest newest event to the newest (tables.layouts_of_patterns):
+    # the order of the event's struct, which Spark compares field by field, NULL first, arrays element by element.
+    from pyspark.sql import functions as F
+
+    from cdcreplay.tables import spark_order
+
+    positions = [[2], [1, 5], [1], None, [None], [1, None], [Decimal("10")], [Decimal("9"), 1]]
+    rows = [(position, partition, offset) for position in positions for partition in (None, 0, 1) for offset in (3, 0)]
+    events = spark.createDataFrame(
+        [((p if p is None else [None if x is None else Decimal(x) for x in p]), q, o) for p, q, o in rows],
+        "position array<decimal(38,0)>, partition int, offset bigint",
+    ).select(F.struct("position", "partition", "offset").alias("newest"))
+    in_spark = [row.newest for row in events.orderBy("newest").collect()]
+    assert sorted(in_spark[::-1], key=spark_order) == in_spark
+
+
 def test_layouts_take_each_columns_newest_declaration_and_count_rows_and_tombstones(spark):
     """The type stage's one aggregation over the state: per table the columns (key first, each with the type of the
     newest pattern that declares it), and its live rows and tombstones, also for a table whose every key is deleted."""

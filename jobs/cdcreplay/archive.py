@@ -215,9 +215,9 @@ def extents_and_splits(raw: DataFrame) -> tuple[list[dict], int]:
             F.min("split").alias("first_split"),
             F.max("split").alias("last_split"),
         )
-        .orderBy("topic", "partition")
         .collect()
     )
+    rows.sort(key=lambda row: (row.topic, row.partition))  # a few rows per topic: sorted here, not by a Spark job
     extents, splits = [], set()
     for row in rows:
         extent = row.asDict()
