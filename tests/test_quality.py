@@ -242,6 +242,9 @@ def test_a_runner_validates_several_tables_at_once_each_with_its_own_suite(spark
     ]
     assert results[1].failed == ["expect_column_values_to_be_unique(column=id): 2 unexpected of 2 (1: 2)"]
     assert runner.build_data_docs() == str((tmp_path / "docs" / "index.html").resolve())
+    # A table without key columns cannot be checked for unique keys: refused before any validation runs.
+    with pytest.raises(ValueError, match=r"^the latest_state suite needs the key columns of table shop\.t$"):
+        quality.latest_state_validation(good, [], table_id="shop.t")
 
 
 def test_invalid_suite_names_file_and_expectation(spark, tmp_path):

@@ -176,16 +176,16 @@ def test_patterns_are_ordered_in_python_as_spark_orders_their_newest_event(spark
     # the order of the event's struct, which Spark compares field by field, NULL first, arrays element by element.
     from pyspark.sql import functions as F
 
-    from cdcreplay.tables import spark_order
+    from cdcreplay.compaction import order_key
 
     positions = [[2], [1, 5], [1], None, [None], [1, None], [Decimal("10")], [Decimal("9"), 1]]
-    rows = [(position, partition, offset) for position in positions for partition in (None, 0, 1) for offset in (3, 0)]
+    rows = [(p, q, o, i) for p in positions for q in (None, 0, 1) for o in (3, 0) for i in (None, 1, 0)]
     events = spark.createDataFrame(
-        [((p if p is None else [None if x is None else Decimal(x) for x in p]), q, o) for p, q, o in rows],
-        "position array<decimal(38,0)>, partition int, offset bigint",
-    ).select(F.struct("position", "partition", "offset").alias("newest"))
+        [((p if p is None else [None if x is None else Decimal(x) for x in p]), q, o, i) for p, q, o, i in rows],
+        "position array<decimal(38,0)>, partition int, offset bigint, row_index int",
+    ).select(F.struct("position", "partition", "offset", "row_index").alias("newest"))
     in_spark = [row.newest for row in events.orderBy("newest").collect()]
-    assert sorted(in_spark[::-1], key=spark_order) == in_spark
+    assert sorted(in_spark[::-1], key=lambda newest: order_key(*newest)) == in_spark
 
 
 def test_layouts_take_each_columns_newest_declaration_and_count_rows_and_tombstones(spark):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from decimal import Decimal
 from typing import NamedTuple
 
 from pyspark import StorageLevel
@@ -40,6 +41,16 @@ ORDER_FIELDS = ("position", "partition", "offset", "row_index")
 def event_order() -> Column:
     """The total order of events: the struct (position, partition, offset, row_index), compared field by field."""
     return F.struct(*[F.col(name) for name in ORDER_FIELDS])
+
+
+def order_key(position, partition, offset, row_index) -> tuple:
+    """An event's order (:func:`event_order`'s fields) as a Python value that compares as Spark compares the order
+    struct: field by field, a NULL field first, the position element by element."""
+    parts = None if position is None else [Decimal(-(10**40)) if p is None else Decimal(str(p)) for p in position]
+    return (
+        (parts is not None, parts or []),
+        *((value is not None, value or 0) for value in (partition, offset, row_index)),
+    )
 
 
 def _is_partial(after: Column, column_types: Column) -> Column:

@@ -565,7 +565,7 @@ def latest_state_validation(
     """The ``latest_state`` suite on one published table: key columns not null and (compound) unique. ``rows``: the
     table's row count, when known (see :data:`CLUSTERED_CACHE_MIN_ROWS`)."""
     if not key_columns:
-        raise ValueError(f"validate_latest_state needs the key columns of table {table_id or '(unnamed)'}")
+        raise ValueError(f"the latest_state suite needs the key columns of table {table_id or '(unnamed)'}")
     return Validation(
         df,
         SUITE_LATEST_STATE,

@@ -8,7 +8,7 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from cdcreplay.compaction import event_order
+from cdcreplay.compaction import event_order, order_key
 from cdcreplay.value_types import typed_value
 
 # The version of what typed_table writes for a given state. A run carries a table it did not change over from the
@@ -120,10 +120,11 @@ def layouts_of_patterns(patterns: DataFrame) -> tuple[dict[str, TableLayout], di
     keys: dict[str, tuple[str, ...]] = {}
     rows: dict[str, int] = {}
     tombstones: dict[str, int] = {}
-    for row in sorted(found, key=lambda r: (r.table_id, spark_order(r.newest))):  # each table's oldest pattern first
-        if row.deleted:
+    for row in found:
+        if row.deleted:  # tombstones declare nothing and have no newest event: only counted
             tombstones[row.table_id] = tombstones.get(row.table_id, 0) + row["count"]
-            continue
+    live = [row for row in found if not row.deleted]
+    for row in sorted(live, key=lambda r: (r.table_id, order_key(*r.newest))):  # each table's oldest pattern first
         rows[row.table_id] = rows.get(row.table_id, 0) + row["count"]
         table_types = types.setdefault(row.table_id, {})
         for column in row.carried or ():
@@ -140,16 +141,6 @@ def layouts_of_patterns(patterns: DataFrame) -> tuple[dict[str, TableLayout], di
         ]
         layouts[table_id] = TableLayout(table_id, key_columns, tuple(ordered))
     return layouts, counts
-
-
-def spark_order(value) -> tuple:
-    """A sort key that orders values as Spark orders them ascending: NULL first, arrays and structs (a Row is a tuple)
-    element by element, a shorter array before a longer one it begins."""
-    if value is None:
-        return (0,)
-    if isinstance(value, list | tuple):
-        return (1, tuple(spark_order(item) for item in value))
-    return (1, value)
 
 
 def _live_rows(state: DataFrame, layout: TableLayout) -> DataFrame:

@@ -11,7 +11,7 @@ import json
 from decimal import Decimal, InvalidOperation
 
 from cdcreplay import schema as S
-from cdcreplay.compaction import ORDER_FIELDS
+from cdcreplay.compaction import ORDER_FIELDS, order_key
 from cdcreplay.contracts import STATUS_MISMATCH, STATUS_MISSING_IN_INCREMENTAL, STATUS_MISSING_IN_SNAPSHOT
 from cdcreplay.explain.story import Epoch, Event, LostChange, NewestBefore, Reconciliation, Winner
 
@@ -147,15 +147,6 @@ def _tie_break(won: Event, previous: Event | None) -> tuple[str, str]:
     return (
         "row_index",
         f"{same} and its Kafka record; row {won.row_index} of the message comes after row {previous.row_index}",
-    )
-
-
-def order_key(position, partition, offset, row_index) -> tuple:
-    """An order as a Python value comparing as Spark compares the order struct (a NULL field sorts first)."""
-    parts = None if position is None else [Decimal(-(10**40)) if p is None else Decimal(str(p)) for p in position]
-    return (
-        (parts is not None, parts or []),
-        *((value is not None, value or 0) for value in (partition, offset, row_index)),
     )
 
 
