@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from datetime import date, datetime
+from decimal import Decimal
 from functools import reduce
 
 import pytest
@@ -245,6 +247,85 @@ def test_a_runner_validates_several_tables_at_once_each_with_its_own_suite(spark
     # A table without key columns cannot be checked for unique keys: refused before any validation runs.
     with pytest.raises(ValueError, match=r"^the latest_state suite needs the key columns of table shop\.t$"):
         quality.latest_state_validation(good, [], table_id="shop.t")
+
+
+# Key columns of every type the driver-side engine takes, each with a NULL, a duplicate and the values pandas' own
+# dtypes would get wrong: integers beyond 2^53 next to a NULL (float64 would make them equal), NaN (pandas' isnull
+# would call it NULL), the widest decimal, empty strings and bytes, the first and last dates.
+HOSTILE_KEYS = {
+    "long": [9007199254740993, 9007199254740992, None, None, 1, 1],
+    "double": [float("nan"), float("nan"), None, 1.0],
+    "decimal(38,3)": [Decimal("1.500"), Decimal("1.500"), None, Decimal("99999999999999999999999999999999999.999")],
+    "string": ["a", "A", "é", "é", None, "", ""],
+    "binary": [b"\x00", b"\x00", b"", None],
+    "date": [date(1, 1, 1), date(9999, 12, 31), date(9999, 12, 31), None],
+    "boolean": [True, True, None, False],
+}
+
+
+def test_a_small_frame_is_validated_on_the_driver_with_the_same_results_as_on_spark(spark):
+    # Collected to the driver, a small table's suite is one Spark job instead of a dozen: GX's pandas engine must then
+    # answer exactly as its Spark engine does, failure lines and counts included. rows=None keeps a frame on Spark.
+    frames = {
+        kind: spark.createDataFrame([(v,) for v in values], f"id {kind}") for kind, values in HOSTILE_KEYS.items()
+    }
+    frames["compound"] = spark.createDataFrame(
+        [(1, "a"), (1, "a"), (1, None), (1, None), (None, None), (None, None), (2, "b")], "k1 long, k2 string"
+    )
+    runner = quality.SuiteRunner()
+    validations = []
+    for kind, df in frames.items():
+        keys = df.columns
+        on_driver = quality.latest_state_validation(df, keys, table_id=f"{kind}.driver", rows=df.count())
+        on_spark = quality.latest_state_validation(df, keys, table_id=f"{kind}.spark", rows=None)
+        validations += [on_driver, on_spark]
+    registered = [runner._register(v) for v in validations]
+    assert [r.local for r in registered] == [True, False] * len(frames)
+    results = [quality.SuiteRunner._run(r) for r in registered]
+    for kind, driver, on_spark in zip(frames, results[::2], results[1::2], strict=True):
+        assert driver.success is False, kind
+        assert (driver.failed, driver.statistics, driver.results) == (
+            on_spark.failed,
+            on_spark.statistics,
+            on_spark.results,
+        ), kind
+    assert results[0].failed == [
+        "expect_column_values_to_not_be_null(column=id): 2 unexpected of 6",
+        "expect_column_values_to_be_unique(column=id): 2 unexpected of 6 (1: 2)",
+    ]
+
+    # The reconciliation diff's suite too (a set of statuses, a compound key of strings and an integer).
+    df = diff_frame(spark, [('["1"]', "match"), ('["2"]', "mismatch"), ('["2"]', "match"), (None, "match")])
+    assert (
+        quality.run_suite(df, "reconciliation_diff", rows=4).failed
+        == quality.run_suite(df, "reconciliation_diff").failed
+    )
+
+
+def test_only_small_frames_of_engine_neutral_checks_and_types_are_validated_on_the_driver(spark):
+    ids = spark.createDataFrame([(1, datetime(2024, 1, 1))], "id long, at timestamp")
+    latest_state = quality.render_expectations(quality.load_suite_config("latest_state"), {"key_columns": ["id"]})
+
+    def on_driver(expectations, rows=1, df=ids):
+        validation = quality.Validation(df, "latest_state", rows=rows)
+        return quality._validated_locally(validation, expectations, quality._narrowed(df, expectations))
+
+    assert on_driver(latest_state)
+    assert on_driver(latest_state, rows=quality.LOCAL_MAX_ROWS)
+    assert not on_driver(latest_state, rows=quality.LOCAL_MAX_ROWS + 1)
+    assert not on_driver(latest_state, rows=None)  # its size unknown
+    # A regular expression would be Java's on Spark and Python's on the driver; a condition is one engine's syntax.
+    assert not on_driver(
+        [*latest_state, {"type": "expect_column_values_to_match_regex", "kwargs": {"column": "id", "regex": "^1"}}]
+    )
+    assert not on_driver(
+        [{"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "id", "row_condition": "id>0"}}]
+    )
+    # Timestamps: pandas renders them with their UTC offset, Spark in the session's time zone.
+    assert not on_driver([{"type": "expect_column_values_to_be_unique", "kwargs": {"column": "at"}}])
+    # A column the frame lacks is left for GX's Spark engine to report, as before.
+    assert not on_driver([{"type": "expect_column_values_to_be_unique", "kwargs": {"column": "absent"}}])
+    assert not on_driver([])
 
 
 def test_invalid_suite_names_file_and_expectation(spark, tmp_path):

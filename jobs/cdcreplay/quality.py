@@ -12,6 +12,9 @@ template conventions (see ``expectations/README.md``): a kwargs value ``"$name"`
 the list parameter, with ``"$var"`` bound to the item. ``expect_compound_columns_to_be_unique`` with a single column
 (GX requires two or more) becomes ``expect_column_values_to_be_unique``.
 
+A small frame whose suite both of GX's engines answer alike is collected and validated by GX's pandas engine on the
+driver (:data:`LOCAL_MAX_ROWS`, :func:`_validated_locally`); every other frame by GX's Spark engine.
+
 Each run uses an ephemeral GX context (nothing is written to a ``gx/`` project folder). When a Data Docs folder is
 given, the context's expectation and validation-result stores are files under ``<data_docs_dir>/_gx/`` and the site
 is built into ``<data_docs_dir>`` itself, so successive runs into the same folder (the diff suite, then one
@@ -44,6 +47,28 @@ SUITE_LATEST_STATE = "latest_state"
 # Measured: the 5M-row reconciliation diff's suite took 11.4 s instead of 17-21 s, a 3M-row table's 3.1 s instead of
 # 3.7 s; but 20 tables of 1,000 rows took ~0.2 s more each (one more job per table to compute the cache first).
 CLUSTERED_CACHE_MIN_ROWS = 1_000_000
+# Frames of at most this many rows, whose suite only has checks that both of GX's engines answer alike, on columns of
+# types both read alike, are collected to the driver and validated by GX's pandas engine (see _validated_locally):
+# one Spark job instead of one per metric (about a dozen for a table's latest_state suite).
+LOCAL_MAX_ROWS = 100_000
+# GX's Spark and pandas engines give the same results for these (compared in tests/test_quality.py, NULLs, NaN,
+# long integers beyond 2^53, decimals, binary and dates included) ...
+_ENGINE_NEUTRAL_EXPECTATIONS = frozenset(
+    {
+        "expect_column_values_to_not_be_null",
+        "expect_column_values_to_be_null",
+        "expect_column_values_to_be_unique",
+        "expect_compound_columns_to_be_unique",
+        "expect_column_values_to_be_in_set",
+        "expect_column_values_to_not_be_in_set",
+    }
+)
+# ... on columns of these Spark types, read through Arrow into pandas' Arrow-backed columns (so a NULL integer stays
+# an exact integer, and NaN stays a value, not a NULL, as in Spark). Timestamps are left to Spark: pandas renders
+# them with their UTC offset, Spark in the session's time zone.
+_LOCAL_TYPE_NAMES = frozenset(
+    {"string", "byte", "short", "integer", "long", "boolean", "decimal", "date", "binary", "float", "double"}
+)
 _PARAMETER = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9_.\-]")
 
@@ -290,11 +315,13 @@ class Validation:
 @dataclass(frozen=True)
 class _Registered:
     """A validation added to the runner's context: its suite's label, GX's validation definition, the frame it
-    reads (narrowed, clustered) and the validation asked for."""
+    reads (narrowed, clustered), whether GX's pandas engine validates it on the driver, and the validation asked
+    for."""
 
     label: str
     definition: Any
     df: Any
+    local: bool
     validation: Validation
 
 
@@ -350,30 +377,40 @@ class SuiteRunner:
         expectations = render_expectations(config, validation.parameters)
         suite = self.context.suites.add_or_update(_build_suite(label, config, expectations))
         df = _narrowed(validation.df, expectations)
+        local = _validated_locally(validation, expectations, df)
         if validation.clustered:
             df = _clustered_for_uniqueness(df, expectations)
         # A short name: GX puts it, with the asset's, in the result's file name.
         self._sources += 1
-        source = self.context.data_sources.add_spark(f"spark-{self._sources}")
+        if local:
+            source = self.context.data_sources.add_pandas(f"pandas-{self._sources}")
+        else:
+            source = self.context.data_sources.add_spark(f"spark-{self._sources}")
         asset = source.add_dataframe_asset(_unique(_safe(validation.asset_name or label), self._assets))
         batch_definition = asset.add_batch_definition_whole_dataframe("whole_dataframe")
         definition = self.context.validation_definitions.add(
             gx.ValidationDefinition(name=f"{label}-validation", data=batch_definition, suite=suite)
         )
-        return _Registered(label, definition, df, validation)
+        return _Registered(label, definition, df, local, validation)
 
     @staticmethod
     def _run(registered: _Registered) -> SuiteResult:
         from great_expectations.core.run_identifier import RunIdentifier
 
         run_name = registered.validation.run_name
-        with _cached_while_validated(registered.df, compute_first=registered.validation.clustered):
+        run_id = RunIdentifier(run_name=run_name) if run_name else None
+
+        def validated(frame) -> SuiteResult:
+            result_format = {"result_format": "SUMMARY"}
             outcome = registered.definition.run(
-                batch_parameters={"dataframe": registered.df},
-                result_format={"result_format": "SUMMARY"},
-                run_id=RunIdentifier(run_name=run_name) if run_name else None,
+                batch_parameters={"dataframe": frame}, result_format=result_format, run_id=run_id
             )
-        return _summarize(registered.label, outcome)
+            return _summarize(registered.label, outcome)
+
+        if registered.local:
+            return validated(_collected(registered.df))
+        with _cached_while_validated(registered.df, compute_first=registered.validation.clustered):
+            return validated(registered.df)
 
     def build_data_docs(self) -> str | None:
         """Render the Data Docs site of every validation so far; the path of its ``index.html`` (None without one)."""
@@ -416,6 +453,38 @@ def _narrowed(df, expectations: list[dict]):
     if columns is None or not set(columns) <= set(df.columns) or len(columns) == len(df.columns):
         return df
     return df.select(*[_quoted(name) for name in columns])
+
+
+def _validated_locally(validation: Validation, expectations: list[dict], df) -> bool:
+    """Whether ``df`` (narrowed to the columns the suite reads) is small enough to validate on the driver with GX's
+    pandas engine, and the suite gets the same answers there as from GX's Spark engine.
+
+    A small table's suite is a dozen Spark jobs of a few rows each, so a run pays ~0.5 s of planning and scheduling
+    per table it audits, however few its rows: hundreds of tables cost minutes a night. Collected, it is one job.
+    The row count must be known (``rows``), every expectation engine-neutral (:data:`_ENGINE_NEUTRAL_EXPECTATIONS`:
+    a regular expression, say, would be Java's on Spark and Python's in pandas), and every column read of a type
+    both engines read alike (:data:`_LOCAL_TYPE_NAMES`).
+    """
+    if validation.rows is None or validation.rows > LOCAL_MAX_ROWS:
+        return False
+    if not expectations or any(e["type"] not in _ENGINE_NEUTRAL_EXPECTATIONS for e in expectations):
+        return False
+    if any((e.get("kwargs") or {}).get("row_condition") for e in expectations):
+        return False  # a condition is written in one engine's syntax
+    columns = columns_read(expectations)
+    if columns is None or not set(columns) <= set(df.columns):
+        return False  # GX reports a missing column in its own words: left to the Spark engine, as before
+    types = {f.name: f.dataType.typeName() for f in df.schema.fields}
+    return all(types[name] in _LOCAL_TYPE_NAMES for name in columns)
+
+
+def _collected(df):
+    """``df``'s rows as a pandas frame of Arrow-backed columns (one Spark job). With pandas' own dtypes an integer
+    column holding a NULL would become float64 (two keys beyond 2^53 could then compare equal) and NaN would count
+    as NULL; Arrow-backed columns keep Spark's values and its NULLs apart from NaN."""
+    import pandas as pd
+
+    return df.toArrow().to_pandas(types_mapper=pd.ArrowDtype)
 
 
 def _quoted(name: str) -> str:
@@ -502,7 +571,7 @@ def _summarize(label: str, outcome) -> SuiteResult:
     for item in outcome.results:
         kind = item.expectation_config.type
         kwargs = {k: v for k, v in item.expectation_config.kwargs.items() if k != "batch_id"}
-        result = dict(item.result or {})
+        result = _nulls_as_none(dict(item.result or {}))
         exception = dict(item.exception_info or {}) if isinstance(item.exception_info, dict) else None
         results.append(
             {
@@ -523,6 +592,16 @@ def _summarize(label: str, outcome) -> SuiteResult:
         statistics=json.loads(json.dumps(dict(outcome.statistics), default=str)),
         results=json.loads(json.dumps(results, default=str)),
     )
+
+
+def _nulls_as_none(value: Any) -> Any:
+    """``value`` with pandas' NULL (``pd.NA``, in the samples of a suite validated by GX's pandas engine) as None,
+    as GX's Spark engine reports a NULL."""
+    if isinstance(value, dict):
+        return {k: _nulls_as_none(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_nulls_as_none(v) for v in value)
+    return None if type(value).__name__ == "NAType" else value
 
 
 def run_suite(
