@@ -30,7 +30,8 @@ from cdcreplay.formats.drs_avro import split_table_name
 from cdcreplay.formats.envelopes.drs_variants import VARIANTS
 from cdcreplay.formats.python_rows import DecodeError, RawRecord, safe_decode
 from cdcreplay.formats.wire.avro_wire import fingerprint
-from cdcreplay.formats.wire.from_json_in_python import json_document, text
+from cdcreplay.formats.wire.from_json_in_python import text
+from cdcreplay.formats.wire.json_reader import AS_SPARK_READ, read_object
 from cdcreplay.warehouse import read_table
 from cdcreplay_lab.simulator import simulate, write_archive
 from cdcreplay_lab.simulator.encode_drs_avro import DRS_RECORD_SCHEMA
@@ -458,7 +459,7 @@ def test_the_json_reader_keeps_jacksons_limits():
     exponent add, but not 1001; nesting counts within the object read, not in text after it."""
 
     def read(value: str, after: str = "") -> str:
-        return text(json_document(('{"v": ' + value + "}" + after).encode())["v"])
+        return text(read_object(('{"v": ' + value + "}" + after).encode(), AS_SPARK_READ)["v"])
 
     assert read("-1." + "0" * 998 + "1") == "-1.0"  # 1000 digits in 1002 characters
     assert read("-" + "1" * 1000)[:4] == "-111"

@@ -1,9 +1,9 @@
 """Alibaba DTS "Canal Json" and open-source Canal messages (docs/format-spec.md section a1).
 
 One message carries one or more row changes of one table: ``data[i]`` pairs with ``old[i]``. All values are JSON
-strings (or null) and their types come from ``mysqlType``. Decoded in Python (``python_rows``): one json.loads per
-message, no per-value Spark lambdas. With ``options.reader: spark`` (or ``auto`` on a large run) the messages
-``canal_native`` vouches for are decoded by Spark's JSON reader instead, and only the rest here.
+strings (or null) and their types come from ``mysqlType``. Decoded in Python (``python_rows``): one parse per
+message (``json_reader.EXACT``), no per-value Spark lambdas. With ``options.reader: spark`` (or ``auto`` on a large
+run) the messages ``canal_native`` vouches for are decoded by Spark's JSON reader instead, and only the rest here.
 
 Layouts (option ``legacy_swapped``, per source):
   true   legacy DTS instances (created before 2022-03-20 and not restarted since): `old` holds an UPDATE's after
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from functools import partial
@@ -48,8 +47,18 @@ from cdcreplay.formats.python_rows import (
     truncate,
 )
 from cdcreplay.formats.routing import table_id_of
+from cdcreplay.formats.wire.json_reader import (
+    EXACT,
+    LONE_SURROGATE,
+    escapes_surrogate,
+    not_json,
+    object_of,
+    payload_text,
+)
 from cdcreplay.formats.wire.native_json import decode_by_reader, reader_chooses_native, sample_rate
 from cdcreplay.value_types import mysql_type_name_to_spark
+
+JSON_READING = EXACT  # how its messages' JSON is read (``json_reader``)
 
 LEGACY_DELETE_NOTE = (
     "canal-json: DELETE with `data` null and `old` set read as the legacy DTS layout (instances created before "
@@ -57,9 +66,6 @@ LEGACY_DELETE_NOTE = (
     "such DELETEs"
 )
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-# Only a message that escapes a surrogate can hold a lone one: the full check runs for those alone.
-SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
-LONE_SURROGATE = "payload escapes a lone UTF-16 surrogate (\\ud800-\\udfff): it is not Unicode text"
 INT64 = (-(2**63), 2**63 - 1)
 
 
@@ -188,30 +194,17 @@ def _row_entries(message: dict, row_op: str, layout: str, key_columns: list[str]
 
 
 def decode_record(layout: str, configured_keys: dict[str, list[str]], record: RawRecord) -> list[dict]:
-    try:
-        text = record.value.decode("utf-8")
-    except UnicodeDecodeError:
-        raise DecodeError(S.REASON_NOT_UTF8, "payload is not valid UTF-8 text") from None
-    not_json = DecodeError(S.REASON_NOT_JSON, f"payload is not a JSON object: {text[:120]}")
-    try:
-        message = json.loads(text, parse_float=Decimal)
-    except ValueError:
-        raise not_json from None
-    if not isinstance(message, dict):
-        raise not_json
+    text = payload_text(record.value)
+    message = object_of(text, JSON_READING)
     try:
         entries = _message_entries(message, layout, configured_keys)
     except _Malformed:
-        raise not_json from None
-    if len(entries) > 1 and _escapes_surrogate(text) and not _unicode(entries):
+        raise not_json(text) from None
+    if len(entries) > 1 and escapes_surrogate(text) and not _unicode(entries):
         # A lone surrogate in what several rows carry (or in one of them): the message is not Unicode text, and is
         # quarantined once as a whole rather than row by row (a single row is quarantined by routing, naming its field).
         raise DecodeError(S.REASON_NOT_UTF8, LONE_SURROGATE)
     return entries
-
-
-def _escapes_surrogate(text: str) -> bool:
-    return ("\\ud" in text or "\\uD" in text) and SURROGATE_ESCAPE.search(text) is not None  # a substring search first
 
 
 def _unicode(entries: list[dict]) -> bool:

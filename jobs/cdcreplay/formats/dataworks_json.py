@@ -68,16 +68,16 @@ from cdcreplay.formats.values.text_casts import timestamp_of_millis, try_decimal
 from cdcreplay.formats.wire.from_json_in_python import (
     Mismatch,
     bigint,
-    json_document,
-    not_json,
     struct,
     text,
     text_array,
     text_map,
     texts_of,
 )
+from cdcreplay.formats.wire.json_reader import AS_SPARK_READ, not_json, read_object
 
 FORMAT_ID = "dataworks-json"
+JSON_READING = AS_SPARK_READ  # how its messages' JSON is read (``json_reader``)
 ROW_ID = "#alibaba_rds_row_id#"
 BEFORE_OP, AFTER_OP = "UPDATE_BEFOR", "UPDATE_AFTER"
 DDL_OPS = ("CREATE", "ALTER", "ERASE", "QUERY", "RENAME", "CINDEX", "DINDEX")
@@ -164,7 +164,7 @@ def text_array_of_structs(value) -> list[dict | None]:
 
 
 def _read(record: RawRecord) -> _Message:
-    document = json_document(record.value)
+    document = read_object(record.value, JSON_READING)
     try:
         return _Message(document)
     except Mismatch:

@@ -17,7 +17,6 @@ import json
 import logging
 import struct
 from dataclasses import dataclass, field
-from decimal import Decimal
 from functools import lru_cache
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from cdcreplay.formats.envelopes.debezium_events import SchemaInfo, event_entrie
 from cdcreplay.formats.python_rows import DecodeError, RawRecord, decode_with_python
 from cdcreplay.formats.values.avro_connect import ConnectRenderer
 from cdcreplay.formats.wire.avro_wire import AvroWire
+from cdcreplay.formats.wire.json_reader import EXACT
 from cdcreplay.formats.wire.native_json import decode_by_reader, reader_chooses_native, sample_rate
 
 log = logging.getLogger(__name__)
@@ -185,7 +185,7 @@ def _key_value(schemas: ConfluentSchemas, key: bytes | None):
     if key is not None:
         text = key.decode("utf-8", errors="strict")  # a JSON (or string) key beside Avro values
         try:
-            return json.loads(text, parse_float=Decimal)
+            return EXACT.parse(text)
         except ValueError:
             return None
     return None

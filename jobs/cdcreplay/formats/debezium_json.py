@@ -14,25 +14,23 @@ Oracle connectors) are decoded by Spark's JSON reader instead, and only the rest
 
 from __future__ import annotations
 
-import json
-from decimal import Decimal
-
 from pyspark.sql import DataFrame
 
-from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
 from cdcreplay.formats.debezium_native import FORMAT_ID as FORMAT_ID
 from cdcreplay.formats.debezium_native import native_rows, schema_plans
 from cdcreplay.formats.envelopes.debezium_events import SchemaInfo, event_entries, schema_info
-from cdcreplay.formats.python_rows import DecodeError, RawRecord, decode_with_python
+from cdcreplay.formats.python_rows import RawRecord, decode_with_python
+from cdcreplay.formats.wire.json_reader import EXACT, payload_text
 from cdcreplay.formats.wire.native_json import decode_by_reader, reader_chooses_native, sample_rate
+
+JSON_READING = EXACT  # how its messages' JSON is read (``json_reader``)
 
 MAX_CACHED_SCHEMAS = 1024
 # (start of a wrapped value, separator before the payload): JsonConverter's compact text, and json.dumps' default.
 LAYOUTS = (('{"schema":', ',"payload":'), ('{"schema": ', ', "payload": '))
 
 _schemas: dict[str, SchemaInfo] = {}
-_loads = json.JSONDecoder(parse_float=Decimal).decode
 
 
 def _cached_schema(schema_text: str) -> SchemaInfo | None:
@@ -40,7 +38,7 @@ def _cached_schema(schema_text: str) -> SchemaInfo | None:
     found = _schemas.get(schema_text)
     if found is None:
         try:
-            schema = _loads(schema_text)
+            schema = JSON_READING.parse(schema_text)
         except ValueError:
             return None
         if len(_schemas) >= MAX_CACHED_SCHEMAS:
@@ -65,7 +63,7 @@ def _split_wrapped(text: str) -> tuple[dict, SchemaInfo] | None:
         if info is None:
             return None
         try:
-            payload = _loads(text[cut + len(separator) : -1])
+            payload = JSON_READING.parse(text[cut + len(separator) : -1])
         except ValueError:
             return None
         return {"payload": payload}, info
@@ -76,22 +74,19 @@ def _parse_key(key: bytes | None):
     if key is None:
         return None
     try:
-        return _loads(key.decode("utf-8", errors="replace"))
+        return JSON_READING.parse(key.decode("utf-8", errors="replace"))
     except ValueError:
         return None
 
 
 def decode_record(record: RawRecord) -> list[dict]:
-    try:
-        text = record.value.decode("utf-8")
-    except UnicodeDecodeError:
-        raise DecodeError(S.REASON_NOT_UTF8, "payload is not valid UTF-8 text") from None
+    text = payload_text(record.value)
     split = _split_wrapped(text)
     if split is not None:
         value, info = split
     else:
         try:
-            value = _loads(text)
+            value = JSON_READING.parse(text)
         except ValueError:
             value = None
         info = None

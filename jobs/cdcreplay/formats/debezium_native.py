@@ -22,7 +22,6 @@ serve the Avro wire too (``debezium_avro_native``), which hands over the same pa
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from decimal import Decimal
@@ -53,6 +52,7 @@ from cdcreplay.formats.values.debezium_values import (
     debezium_field_type,
 )
 from cdcreplay.formats.wire import native_json as N
+from cdcreplay.formats.wire.json_reader import EXACT
 
 FORMAT_ID = "debezium-json"
 WRAPPED_START, PAYLOAD_SEPARATOR = '{"schema":', ',"payload":'  # JsonConverter's compact layout
@@ -137,7 +137,7 @@ def _native_field(field: Field, spark_type: str) -> bool:
 def schema_plan(text: str) -> SchemaPlan | None:
     """The plan of one schema's JSON text, or None when the native path does not take its records."""
     try:
-        schema = json.loads(text, parse_float=Decimal)
+        schema = EXACT.parse(text)
     except ValueError:
         return None
     fields = image_fields(schema)

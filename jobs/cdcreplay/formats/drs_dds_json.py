@@ -74,10 +74,11 @@ from cdcreplay.formats.values.mongo_values import (
     key_text,
     loads,
 )
-from cdcreplay.formats.wire.json_payload import json_object
+from cdcreplay.formats.wire.json_reader import PLAIN, read_object
 from cdcreplay.formats.wire.mongo_shell import ShellSyntaxError, parse
 
 FORMAT_ID = "drs-dds-json"
+JSON_READING = PLAIN  # how its messages' JSON is read (``json_reader``)
 DOCUMENT_COLUMN = "_document"
 KEY_COLUMNS = ["_id"]
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -148,7 +149,7 @@ def _id_of(document, field: str):
 
 def parse_message(record: RawRecord) -> list[dict]:
     """First pass: one DRS DDS message -> one event (or a control / quarantine entry)."""
-    message = json_object(record.value)
+    message = read_object(record.value, JSON_READING)
     op = str(message.get("op") or "").upper()
     db, coll = _name(message, "db"), _name(message, "coll")
     if op == "DDL":

@@ -95,14 +95,15 @@ from cdcreplay.formats.wire.from_json_in_python import (
     Mismatch,
     bigint,
     boolean,
-    json_document,
-    not_json,
     text,
     text_array,
     text_map,
     text_map_array,
 )
+from cdcreplay.formats.wire.json_reader import AS_SPARK_READ, not_json, read_object
 from cdcreplay.formats.wire.native_json import decode_by_reader, reader_chooses_native, sample_rate
+
+JSON_READING = AS_SPARK_READ  # how its messages' JSON is read (``json_reader``)
 
 # --- Spark's text rules the values follow ----------------------------------------------------------------------------
 
@@ -310,7 +311,8 @@ def _message_entries(message: dict, variant: Variant, zone: str, config_keys: di
 
 
 def decode_record(variant: Variant, zone: str, config_keys: dict, config_types: dict, record: RawRecord) -> list[dict]:
-    message = json_document(record.value)  # not UTF-8 or not a JSON object: DecodeError, quarantined as such
+    # not UTF-8 or not a JSON object: DecodeError, quarantined as such
+    message = read_object(record.value, JSON_READING)
     try:
         return _message_entries(message, variant, zone, config_keys, config_types)
     except Mismatch:  # a field from_json could not read as its declared type: the message is unreadable

@@ -63,14 +63,15 @@ from cdcreplay.formats.values.configured_types import lossy_columns
 from cdcreplay.formats.values.text_casts import try_decimal, try_timestamp
 from cdcreplay.formats.wire.from_json_in_python import (
     Mismatch,
-    json_document,
     json_string,
-    not_json,
     struct,
     text_map,
     texts_of,
 )
+from cdcreplay.formats.wire.json_reader import AS_SPARK_READ, not_json, read_object
 from cdcreplay.formats.wire.native_json import decode_by_reader, reader_chooses_native, sample_rate
+
+JSON_READING = AS_SPARK_READ  # how its messages' JSON is read (``json_reader``)
 
 META_FIELDS = ("time", "userid", "op", "scn", "rowid", "trans", "seq", "size", "table", "idx", "posttime")
 
@@ -118,7 +119,7 @@ def _quarantine(reason: str, detail: str) -> dict:
 
 
 def decode_record(tables: dict[str, tuple[list[str], dict[str, str]]], record: RawRecord) -> list[dict]:
-    message = json_document(record.value)
+    message = read_object(record.value, JSON_READING)
     try:
         meta = texts_of(struct(message.get("meta")) or {}, *META_FIELDS)
         data, before_key = text_map(message.get("data")), text_map(message.get("key"))

@@ -25,13 +25,14 @@ from cdcreplay.formats.envelopes.qlik_envelope import (
     metadata_from_message,
 )
 from cdcreplay.formats.python_rows import DecodeError, RawRecord
-from cdcreplay.formats.wire.json_payload import json_object
+from cdcreplay.formats.wire.json_reader import PLAIN, read_object
 
 FORMAT_ID = "qlik-json"
+JSON_READING = PLAIN  # how its messages' JSON is read (``json_reader``)
 
 
 def _document(record: RawRecord) -> dict:
-    return json_object(record.value)
+    return read_object(record.value, JSON_READING)
 
 
 def unwrap(document: dict) -> tuple[str, str | None, dict]:

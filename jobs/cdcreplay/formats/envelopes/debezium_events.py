@@ -27,7 +27,6 @@ recorded in the changelog row's ``detail``, the provenance of the run's decoded 
 from __future__ import annotations
 
 import base64
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -49,6 +48,7 @@ from cdcreplay.formats.values.debezium_values import (
     converter,
     debezium_field_type,
 )
+from cdcreplay.formats.wire.json_reader import EXACT, not_json
 
 # source.snapshot values that mark a row read by a snapshot (string in 1.x+, boolean in old versions).
 SNAPSHOT_MARKERS = frozenset(
@@ -160,7 +160,7 @@ def kafka_key(parsed) -> dict | None:
         if type(payload) is dict:
             return payload
         try:
-            inner = json.loads(as_text(payload), parse_float=Decimal)
+            inner = EXACT.parse(as_text(payload))
         except ValueError:
             return None
         return inner if type(inner) is dict else None
@@ -381,7 +381,7 @@ def event_entries(value, key, record: RawRecord, text: Callable[[], str], info: 
     SchemaInfo when the caller knows it already (a cache per schema); else it is read from ``value["schema"]``.
     """
     if type(value) is not dict:
-        raise DecodeError(S.REASON_NOT_JSON, "payload is not a JSON object: " + text()[:120])
+        raise not_json(text())
     payload = value.get("payload")
     ok = payload is None or type(payload) is dict
     event = payload if type(payload) is dict else value
@@ -396,7 +396,7 @@ def event_entries(value, key, record: RawRecord, text: Callable[[], str], info: 
         or (not ok and _is_document_string(value, payload if type(payload) is dict else None))
     )
     if not ok and not mongodb:
-        raise DecodeError(S.REASON_NOT_JSON, "payload is not a JSON object: " + text()[:120])
+        raise not_json(text())
     op = as_text(event.get("op"))
     table = as_text(source.get("table"))
     identity = {

@@ -60,6 +60,7 @@ from cdcreplay.formats.python_rows import (
     position,
     quarantine_entry,
 )
+from cdcreplay.formats.wire.json_reader import PLAIN
 
 OPERATIONS = {"REFRESH": S.OP_SNAPSHOT, "INSERT": S.OP_INSERT, "UPDATE": S.OP_UPDATE, "DELETE": S.OP_DELETE}
 ENVELOPE_MAGIC = "atMSG"
@@ -478,8 +479,8 @@ def message_dict(value) -> dict:
     """A message body that must be an object (JSON envelopes may also carry it as a JSON string)."""
     if isinstance(value, str):
         try:
-            value = json.loads(value)
-        except json.JSONDecodeError:
+            value = PLAIN.parse(value)
+        except ValueError:
             raise DecodeError(S.REASON_NOT_JSON, "envelope `message` is text that is not a JSON object") from None
     if not isinstance(value, dict):
         raise DecodeError(S.REASON_NOT_JSON, "envelope `message` is not an object")

@@ -10,18 +10,14 @@ or ``patch`` (1.x, ``{$set, $unset}``): a partial image of the changed fields.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 
 from cdcreplay.formats.values.debezium_values import INT64_MAX, INT64_MIN, as_long, as_text, compact, timestamp_text
+from cdcreplay.formats.wire.json_reader import EXACT
 
 EPOCH_UTC = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def _loads(text: str):
-    return json.loads(text, parse_float=Decimal)
 
 
 def _member_text(value) -> str | None:
@@ -110,7 +106,7 @@ def document(raw) -> Document | None:
     fields = raw
     if type(raw) is str:
         try:
-            fields = _loads(raw)
+            fields = EXACT.parse(raw)
         except ValueError:
             fields = None
     if type(fields) is not dict:
@@ -130,7 +126,7 @@ def key_value(kafka_key: dict | None) -> tuple[str | None, str | None]:
     if key_id is None:
         return None, None
     try:
-        return extended_value(_loads(key_id))
+        return extended_value(EXACT.parse(key_id))
     except ValueError:
         return key_id, "string"
 
@@ -149,7 +145,7 @@ def _parsed_as(text: str | None, kind: type):
     if text is None:
         return None
     try:
-        parsed = _loads(text)
+        parsed = EXACT.parse(text)
     except ValueError:
         return None
     return parsed if type(parsed) is kind else None

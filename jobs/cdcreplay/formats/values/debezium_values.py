@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 
+from cdcreplay.formats.wire.json_reader import EXACT
+
 DECIMAL = "org.apache.kafka.connect.data.Decimal"
 VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
 DATE_NAMES = ("io.debezium.time.Date", "org.apache.kafka.connect.data.Date")
@@ -160,7 +162,7 @@ def _variable_scale_decimal(text: str) -> str | None:
     if not text.startswith("{"):
         return None
     try:
-        struct = json.loads(text, parse_float=Decimal)
+        struct = EXACT.parse(text)
     except ValueError:
         return None
     if not isinstance(struct, dict):

@@ -1,5 +1,5 @@
-"""Message fields read as Spark's ``from_json`` read them, in plain Python (the JSON formats ported from Spark
-expressions: DTS Shareplex JSON, DataWorks JSON, DRS JSON).
+"""Message fields read as Spark's ``from_json`` read them, in plain Python (``json_reader.AS_SPARK_READ``: the JSON
+formats ported from Spark expressions, DTS Shareplex JSON, DataWorks JSON, DRS JSON).
 
 The decoders were Spark expressions first (``from_json`` with a schema of string, map<string,string>, struct, array,
 boolean and bigint fields). The readers here keep their results: a field of another JSON type than its schema's makes
@@ -22,9 +22,6 @@ import re
 import struct as struct_module
 import sys
 from json.scanner import py_make_scanner
-
-from cdcreplay import schema as S
-from cdcreplay.formats.python_rows import DecodeError
 
 
 class Mismatch(ValueError):
@@ -259,26 +256,10 @@ def _parse(text: str, start: int):
     return document
 
 
-def json_document(payload: bytes) -> dict:
-    """The payload's JSON object (numbers as their Spark text), or DecodeError ``not_utf8`` / ``not_json``."""
-    try:
-        text = payload.decode("utf-8")
-    except UnicodeDecodeError:
-        raise DecodeError(S.REASON_NOT_UTF8, "payload is not valid UTF-8 text") from None
-    try:
-        document = _parse(text, _LEADING_SPACE.match(text).end())
-    except (ValueError, RecursionError):
-        document = None
-    if not isinstance(document, dict):
-        raise not_json(payload)
-    return document
-
-
-def not_json(payload: bytes) -> DecodeError:
-    """The error for a payload from_json could not read: no JSON object, or a field of another JSON type than its
-    schema's (:class:`Mismatch`, which a format turns into this)."""
-    text = payload.decode("utf-8", "replace")
-    return DecodeError(S.REASON_NOT_JSON, f"payload is not a JSON object: {text[:120]}")
+def parse_as_spark_read(text: str):
+    """The JSON value at the start of ``text`` (after white space), numbers as their Spark text; text after it is
+    ignored, as Spark's reader ignored it. ValueError when there is none (``json_reader.AS_SPARK_READ``)."""
+    return _parse(text, _LEADING_SPACE.match(text).end())
 
 
 # JSON string escapes as Spark's to_json writes them (Jackson).
