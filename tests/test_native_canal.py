@@ -237,7 +237,16 @@ CORNER_CASES = [  # (message, taken natively)
     (_message('[{"id":1,"v":"a"}]'), False),  # even an integer token (which would read the same)
     (_message('[{"id":"1","v":{"a":1}}]'), False),  # nested JSON
     (_message('[{"id":"1","v":["a"]}]'), False),
-    (_message('[{"id":"1","v":"{x}"}]'), False),  # a brace inside a value: left to Python
+    (_message('[{"id":"1","v":"{x}"}]'), True),  # a brace inside a string value: counted outside strings
+    (_message('[{"id":"1","v":"{\\"json\\": \\"inside\\", \\"n\\": 1.50}"}]'), True),  # JSON text in a column
+    (_message('[{"id":"1","v":"[1, {2}] ]"}]'), True),
+    (_message('[{"id":"1","v":"a\\\\"},{"id":"2","v":"}\\\\\\""}]'), True),  # escaped backslashes, a quote
+    (_message('[{"id":"1","v":{"a":"{"}}]'), False),  # nested JSON holding a brace in its string
+    (_message('[{"id":"1","v":"{"},{"id":"2","v":[1]}]'), False),  # a brace in one value, an array in the next
+    (_message('[{"id":"1","v":"{","w":1.50}]'), False),  # a brace in one value, a number token in the next
+    (_message([{"id": "1", "v": '{"a":"}\\' * 50_000}]), True),  # 300 KB of escapes: no recursion per character
+    (_message([{"id": "1", "v": "{"}]) + b"}", False),  # text after the object
+    (_message([{"id": "1", "v": "{"}]) + b'"}"}', False),
     (_message('[{"id":"1","v":"12:30:00.120"}]'), True),  # a time of day is no number token
     (_message('[{"id":"1","v":"a,1.50"}]'), True),  # inside a string: no number token
     (_message('[{"id":"1","v":"\\ud800"}]'), False),
@@ -301,8 +310,9 @@ EDITS = [  # (pattern, replacement, still decoded natively)
     (r'"old":null', '"old":[1]', False),
     (r'"data":\[', '"data":[{"order_id":"1"},', False),  # a row without all of its key
     (r'"data":\[\{', '"data":[{"zz":{"a":1},', False),
-    (r'"sql":""', '"sql":"{"', False),  # not JSON
-    (r'"sql":""', '"sql":"}{"', False),  # a brace inside a string: left to Python
+    (r'"sql":""', '"sql":"{"', True),  # a brace inside a string: counted outside strings
+    (r'"sql":""', '"sql":"}{"', True),
+    (r'"sql":""', '"sql":"}{\\"\\\\"', True),  # an escaped quote and backslash too
     (r'"gtid":null', '"gtid":[1.50]', False),
     (r"\}$", "}}", False),
     (r'"updated_at":"[^"]*"', '"updated_at":"2024-13-01 00:00:00.000"', False),

@@ -106,8 +106,11 @@ CORNER_CASES = [  # (message, taken natively) for drs-json-mysql
     (_message("INSERT", None), False),
     (_message("INSERT", [ROW | {"n": "x"}]), False),  # bad_value
     (_message("INSERT", [ROW | {"n": "2147483648"}]), False),
-    (_message("INSERT", [ROW | {"v": "[1]"}]), False),  # a bracket in a value
-    (_message("INSERT", [ROW | {"v": "{"}]), False),
+    (_message("INSERT", [ROW | {"v": "[1]"}]), True),  # a bracket in a string value: counted outside strings
+    (_message("INSERT", [ROW | {"v": "{"}]), True),
+    (_message("INSERT", [ROW | {"v": '{"a": [1.10, "}"]}'}]), True),  # JSON text in a string value
+    (_message("INSERT", [ROW | {"v": {"a": "["}}]), False),  # nested JSON holding a bracket in its string
+    (_message("INSERT", [ROW | {"v": "{", "n": 7}]), False),  # a brace in one value, a number token in the next
     (_message("INSERT", [ROW | {"v": "<&>'="}]), True),
     (_message("INSERT", [ROW | {"v": "\U0001f600 caf\u00e9"}]), True),
     (_message("INSERT", [ROW | {"v": 1.5}]), False),  # a number token where text is read

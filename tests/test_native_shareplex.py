@@ -114,7 +114,10 @@ CORNER_CASES = [  # (message, taken natively)
     (_message("ins", {"ID": "1", "A": "05:06.690"}), True),  # a time of day in a string is no number token
     (_message("ins", {"ID": "1", "A": {"nested": 1}}), False),
     (_message("ins", {"ID": "1", "A": [1, 2]}), False),
-    (_message("ins", {"ID": "1", "A": "{braces}"}), False),  # conservative: counted as an object
+    (_message("ins", {"ID": "1", "A": "{braces}"}), True),  # braces in a string value: counted outside strings
+    (_message("ins", {"ID": "1", "A": '{"n": 1.10, "m": [1e5]}'}), True),  # JSON text in a string value
+    (_message("ins", {"ID": "1", "A": {"n": "{"}}), False),  # nested JSON holding a brace in its string
+    (_message("ins", ROW | {"A": "{", "B": "@"}).replace(b'"@"', b"1.10"), False),  # and a risky number token
     (_message("ins", {"ID": "1", "A": "caf\u00e9 \u2603"}), True),
     (_message("ins", {"ID": "1", "A": "tab\there"}), True),
     (_message("ins", {"ID": "1", "A": "\ud83d\ude00"}), False),  # escaped surrogate pair

@@ -20,10 +20,10 @@ The native path decodes INSERT, UPDATE, DELETE and INIT messages of the open-sou
 ``old[i]``, an UPDATE that changes the key also deletes the old key), and Kafka tombstones. Everything else -- DDL
 and TRUNCATE messages, the legacy layout (every record of a source declared ``legacy_swapped: true``), a DELETE
 with its row in `old`, a table without a plan (more than MAX_NATIVE_TABLES tables, a decimal wider than Spark's,
-configured column types), a missing key value, a value its check does not vouch for, a string value holding a brace
-or bracket (nested JSON is rendered differently), an escape Spark renders differently, a number token where text
-is read, JSON that is not compact -- goes through
-the Python decoder (``canal_json.decode_record``) unchanged.
+configured column types), a missing key value, a value its check does not vouch for, nested JSON (rendered
+differently; JSON text inside a string value is taken, its content not counted: ``native_json.outside_strings``), an
+escape Spark renders differently, a number token where text is read, JSON that is not compact -- goes through the
+Python decoder (``canal_json.decode_record``) unchanged.
 """
 
 from __future__ import annotations
@@ -338,7 +338,10 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[TableP
         + F.when(message["sqlType"].startswith("{"), 1).otherwise(0)
     )
     brackets = sum(F.when(message[name].isNotNull(), 1).otherwise(0) for name in ("data", "old", "pkNames"))
-    shaped = N.containers_accounted_for(text_col, braces, brackets)
+    # A string value holding JSON text (a MySQL json column) is counted without its content.
+    shaped = N.counted_outside_strings(
+        lambda text: N.containers_accounted_for(text, braces, brackets) & _numbers_as_written(text, message), text_col
+    )
     checks = N.per_plan(plan, [_plan_checks(p, F.col("_c"), message, is_update) for p in plan_list], F.lit(False))
     envelope_ok = (
         (plan >= 0)
@@ -353,7 +356,6 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[TableP
         & ~F.coalesce(F.to_json(old).contains("[null") | F.to_json(old).contains(",null"), F.lit(False))
         & N.plain_escapes(text_col)
         & shaped
-        & _numbers_as_written(text_col, message)
         & F.coalesce(checks, F.lit(False))
     )
     es = message["es"]

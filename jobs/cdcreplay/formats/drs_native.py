@@ -12,9 +12,9 @@ The native path decodes INSERT, UPDATE, DELETE and INIT messages (``type``, else
 values pass their type's form (``native_forms``; a table with a binary or MySQL TIMESTAMP column, whose values DRS
 writes in forms to convert, is left to Python), an UPDATE whose `old` rows keep every key value (a key change is
 Python's), and Kafka tombstones. Everything else -- DDL, TRUNCATE, a DELETE without its row, a table without a plan,
-a missing key value, a value its form does not vouch for, a string value holding a brace or bracket, an escape Spark
-renders differently, JSON that is not compact, a number token anywhere but in es, id, ts and sqlType -- goes through
-the Python decoder (``drs_json.decode_record``) unchanged.
+a missing key value, a value its form does not vouch for, nested JSON (JSON text inside a string value is taken),
+an escape Spark renders differently, JSON that is not compact, a number token anywhere but in es, id, ts and sqlType
+-- goes through the Python decoder (``drs_json.decode_record``) unchanged.
 """
 
 from __future__ import annotations
@@ -219,7 +219,10 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, variant: Variant, 
     braces = braces + sum(F.when(message[name].isNotNull(), 1).otherwise(0) for name in TYPE_MAPS["mysql"])
     braces = braces + F.when(message["columnType"].isNotNull(), 1).otherwise(0)
     brackets = sum(F.when(message[name].isNotNull(), 1).otherwise(0) for name in ("data", "old", "pkNames"))
-    shaped = N.containers_accounted_for(text_col, braces, brackets)
+    # A string value holding JSON text is counted without its content.
+    shaped = N.counted_outside_strings(
+        lambda text: N.containers_accounted_for(text, braces, brackets) & _numbers_as_written(text, message), text_col
+    )
 
     def plan_checks(p: TablePlan) -> Column:
         on_data = _plan_checks(p, F.col("_c"), "data", is_update)
@@ -239,7 +242,6 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, variant: Variant, 
         & (F.size(rows) > 0)
         & N.plain_escapes(text_col)
         & shaped
-        & _numbers_as_written(text_col, message)
         & F.coalesce(checks, F.lit(False))
     )
     es, serial = message["es"], message["id"]

@@ -195,7 +195,11 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[TableP
     text_col = F.col("_text")
     # The message's objects: itself, meta, data and key; no array.
     braces = 1 + sum(F.when(part.isNotNull(), 1).otherwise(0) for part in (meta, data, key))
-    shaped = N.containers_accounted_for(text_col, braces, F.lit(0))
+    # No array, and no number token Spark would render differently (a text without arrays holds one only as a
+    # member's value); a string value holding JSON text is counted without its content.
+    shaped = N.counted_outside_strings(
+        lambda text: N.containers_accounted_for(text, braces, F.lit(0)) & N.plain_member_numbers(text), text_col
+    )
     envelope_ok = (
         (plan >= 0)
         & message[N.CORRUPT_FIELD].isNull()
@@ -206,7 +210,6 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[TableP
         & time_ok
         & shaped
         & N.plain_escapes(text_col)
-        & N.plain_member_numbers(text_col)  # `shaped` refuses arrays
         & F.coalesce(checks, F.lit(False))
     )
     rows = planned.select(

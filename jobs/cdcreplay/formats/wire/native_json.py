@@ -111,8 +111,9 @@ def occurrences(text: Column, character: str) -> Column:
 
 def containers_accounted_for(text: Column, objects: Column, arrays: Column) -> Column:
     """``text`` is one JSON object holding exactly ``objects`` objects (itself included) and ``arrays`` arrays: the
-    ones its envelope accounts for. So no value holds nested JSON (the two readers render it differently), and
-    nothing follows the closing brace. Conservative: a brace or bracket inside a string value counts too."""
+        ones its envelope accounts for. So no value holds nested JSON (the two readers render it differently), and
+        nothing follows the closing brace. Conservative: a brace or bracket inside a string value counts too (a caller
+    counts again without them: ``counted_outside_strings``)."""
     return (
         text.startswith("{")
         & text.endswith("}")
@@ -121,6 +122,23 @@ def containers_accounted_for(text: Column, objects: Column, arrays: Column) -> C
         & (occurrences(text, "[") == arrays)
         & (occurrences(text, "]") == arrays)
     )
+
+
+def outside_strings(text: Column) -> Column:
+    """``text`` with every string's content taken out (``"a{b"`` -> ``""``), for counting the containers and members
+    of a text whose string values hold braces, brackets or ``":`` (JSON kept in a text column). Escapes go first, so
+    every quote left delimits a string; in a JSON object the quotes then pair up as its strings do, and what follows
+    the object's closing brace keeps any brace it has. Two passes of simple patterns (a character class repeated, no
+    alternation inside a repetition: Java's matcher would recurse per character and overflow on a long value)."""
+    return F.regexp_replace(F.regexp_replace(text, r"\\.", ""), '"[^"]*"', '""')
+
+
+def counted_outside_strings(shape_checks, text: Column) -> Column:
+    """``shape_checks(text)`` (counts of containers and members over the raw text), and for a text that fails them
+    the same counts over the text without its strings' contents (``outside_strings``): a string value holding JSON
+    text is decoded natively, nested JSON and number tokens outside strings still send the record to Python. The
+    second pass runs only for the records the first refuses."""
+    return F.when(shape_checks(text), F.lit(True)).otherwise(shape_checks(outside_strings(text)))
 
 
 def one_object(text: Column) -> Column:
