@@ -1,8 +1,8 @@
 """Debezium change events serialized by Kafka Connect's JsonConverter, with or without schemas (docs/format-spec.md e).
 
-The Kafka value is the JSON text itself; it is parsed in Python (numbers keep their JSON token text) and handed to
-the shared envelope logic of ``debezium_events``: op mapping, snapshot markers, connector positions, type
-conversion, MongoDB documents.
+The Kafka value is the JSON text itself; it is parsed in Python (``json_reader.EXACT``: numbers keep their exact
+value) and handed to the shared envelope logic of ``debezium_events``: op mapping, snapshot markers, connector
+positions, type conversion, MongoDB documents.
 
 Every message of a topic repeats the same Connect schema. JsonConverter writes ``{"schema":...,"payload":...}``, so
 the schema's text is cut out without parsing and its SchemaInfo is looked up by that text: only the payload is parsed

@@ -111,8 +111,8 @@ def occurrences(text: Column, character: str) -> Column:
 
 def containers_accounted_for(text: Column, objects: Column, arrays: Column) -> Column:
     """``text`` is one JSON object holding exactly ``objects`` objects (itself included) and ``arrays`` arrays: the
-        ones its envelope accounts for. So no value holds nested JSON (the two readers render it differently), and
-        nothing follows the closing brace. Conservative: a brace or bracket inside a string value counts too (a caller
+    ones its envelope accounts for. So no value holds nested JSON (the two readers render it differently), and
+    nothing follows the closing brace. Conservative: a brace or bracket inside a string value counts too (a caller
     counts again without them: ``counted_outside_strings``)."""
     return (
         text.startswith("{")
