@@ -44,7 +44,7 @@ NOT_UTF8 = "payload is not valid UTF-8 text"
 
 @dataclass(frozen=True)
 class JsonReading:
-    """How a format reads its messages' JSON text (see the module's table)."""
+    """How a format reads its messages' JSON text (the module's docstring lists the three)."""
 
     name: str
     parse_text: Callable[[str], object]  # the JSON value of a text; ValueError when it is none
