@@ -339,9 +339,12 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[TableP
     )
     brackets = sum(F.when(message[name].isNotNull(), 1).otherwise(0) for name in ("data", "old", "pkNames"))
     # A string value holding JSON text (a MySQL json column) is counted without its content.
-    shaped = N.counted_outside_strings(
-        lambda text: N.containers_accounted_for(text, braces, brackets) & _numbers_as_written(text, message), text_col
+    with_columns = N.with_shape_verdict(
+        with_columns,
+        lambda text: N.containers_accounted_for(text, braces, brackets) & _numbers_as_written(text, message),
+        text_col,
     )
+    shaped = F.col(N.SHAPED)
     checks = N.per_plan(plan, [_plan_checks(p, F.col("_c"), message, is_update) for p in plan_list], F.lit(False))
     envelope_ok = (
         (plan >= 0)

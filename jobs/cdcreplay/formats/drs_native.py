@@ -220,9 +220,12 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, variant: Variant, 
     braces = braces + F.when(message["columnType"].isNotNull(), 1).otherwise(0)
     brackets = sum(F.when(message[name].isNotNull(), 1).otherwise(0) for name in ("data", "old", "pkNames"))
     # A string value holding JSON text is counted without its content.
-    shaped = N.counted_outside_strings(
-        lambda text: N.containers_accounted_for(text, braces, brackets) & _numbers_as_written(text, message), text_col
+    with_columns = N.with_shape_verdict(
+        with_columns,
+        lambda text: N.containers_accounted_for(text, braces, brackets) & _numbers_as_written(text, message),
+        text_col,
     )
+    shaped = F.col(N.SHAPED)
 
     def plan_checks(p: TablePlan) -> Column:
         on_data = _plan_checks(p, F.col("_c"), "data", is_update)

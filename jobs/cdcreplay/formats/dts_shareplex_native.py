@@ -197,9 +197,12 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[TableP
     braces = 1 + sum(F.when(part.isNotNull(), 1).otherwise(0) for part in (meta, data, key))
     # No array, and no number token Spark would render differently (a text without arrays holds one only as a
     # member's value); a string value holding JSON text is counted without its content.
-    shaped = N.counted_outside_strings(
-        lambda text: N.containers_accounted_for(text, braces, F.lit(0)) & N.plain_member_numbers(text), text_col
+    planned = N.with_shape_verdict(
+        planned,
+        lambda text: N.containers_accounted_for(text, braces, F.lit(0)) & N.plain_member_numbers(text),
+        text_col,
     )
+    shaped = F.col(N.SHAPED)
     envelope_ok = (
         (plan >= 0)
         & message[N.CORRUPT_FIELD].isNull()

@@ -113,7 +113,7 @@ def containers_accounted_for(text: Column, objects: Column, arrays: Column) -> C
     """``text`` is one JSON object holding exactly ``objects`` objects (itself included) and ``arrays`` arrays: the
     ones its envelope accounts for. So no value holds nested JSON (the two readers render it differently), and
     nothing follows the closing brace. Conservative: a brace or bracket inside a string value counts too (a caller
-    counts again without them: ``counted_outside_strings``)."""
+    counts again without them: ``with_shape_verdict``)."""
     return (
         text.startswith("{")
         & text.endswith("}")
@@ -133,12 +133,21 @@ def outside_strings(text: Column) -> Column:
     return F.regexp_replace(F.regexp_replace(text, r"\\.", ""), '"[^"]*"', '""')
 
 
-def counted_outside_strings(shape_checks, text: Column) -> Column:
-    """``shape_checks(text)`` (counts of containers and members over the raw text), and for a text that fails them
-    the same counts over the text without its strings' contents (``outside_strings``): a string value holding JSON
-    text is decoded natively, nested JSON and number tokens outside strings still send the record to Python. The
-    second pass runs only for the records the first refuses."""
-    return F.when(shape_checks(text), F.lit(True)).otherwise(shape_checks(outside_strings(text)))
+# The column ``with_shape_verdict`` adds, and the two it computes it from (dropped again).
+SHAPED, _RAW_SHAPED, _STRIPPED = "_shaped", "_raw_shaped", "_stripped"
+
+
+def with_shape_verdict(frame: DataFrame, shape_checks, text: Column) -> DataFrame:
+    """``frame`` with a boolean ``_shaped`` column: ``shape_checks(text)`` (counts of containers and members over the
+    raw text), and for a text that fails them the same counts over the text without its strings' contents
+    (``outside_strings``). So a string value holding JSON text (a MySQL json column) is decoded natively, while nested
+    JSON and number tokens outside strings still send the record to Python. The stripped text is computed once, in a
+    projection of its own, and only for the records the raw counts refuse: as one expression, Spark would strip the
+    text again for each count that reads it."""
+    raw = frame.select("*", shape_checks(text).alias(_RAW_SHAPED))
+    stripped = raw.select("*", F.when(~F.col(_RAW_SHAPED), outside_strings(text)).alias(_STRIPPED))
+    verdict = F.col(_RAW_SHAPED) | shape_checks(F.col(_STRIPPED))
+    return stripped.select(*[F.col(name) for name in frame.columns], verdict.alias(SHAPED))
 
 
 def one_object(text: Column) -> Column:
