@@ -86,20 +86,20 @@ def latest_rows(changelog: DataFrame, partial_images: bool | None = None) -> Dat
     rows = changelog.where(F.col("op").isin(*S.ROW_OPS) & F.col("key").isNotNull())
     if partial_images is None:
         partial_images = has_partial_images(rows)
+    # One shuffle and one sort by key and event order give each key its last event (rank 1) and, where it is partial,
+    # every image it had to complete it. A groupBy with max_by did the first through a map-side aggregation that
+    # merges nothing -- a key's rows are spread over the input's partitions -- and sorts twice: the 2M-event full
+    # rebuild's compaction took 17-24 s against 15-17 s for the window (docs/benchmarks.md).
+    by_key = Window.partitionBy("table_id", "key").orderBy(event_order().desc())
+    rank = F.row_number().over(by_key).alias("rank")
     if partial_images:
-        # One shuffle and one sort by key and order give each key its last event and, to complete it where it is
-        # partial, every image it had. (A groupBy with max_by and collect_list did the same through a map-side
-        # aggregation that merges nothing, the rows of a key being spread over the input's partitions, and that
-        # falls back to sorting every partition: on a 5M-key night, 5.3 s against 4.3 s for the window.)
-        by_key = Window.partitionBy("table_id", "key").orderBy(event_order().desc())
         whole_key = by_key.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
         images = F.collect_list(F.struct(event_order().alias("order"), "op", "after")).over(whole_key)
-        ranked = rows.select(*S.CHANGELOG_COLUMNS, F.row_number().over(by_key).alias("rank"), images.alias("images"))
         completed = F.when(_partial_image(), _laid_over(F.col("images"))).otherwise(F.col("after"))
-        latest = ranked.where(F.col("rank") == 1).withColumn("after", completed).drop("rank", "images")
+        ranked = rows.select(*S.CHANGELOG_COLUMNS, rank, images.alias("images"))
+        latest = ranked.where(F.col("rank") == 1).withColumn("after", completed).select(*S.CHANGELOG_COLUMNS)
     else:
-        last = F.max_by(F.struct(*S.CHANGELOG_COLUMNS), event_order()).alias("last")
-        latest = rows.groupBy("table_id", "key").agg(last).select("last.*")
+        latest = rows.select(*S.CHANGELOG_COLUMNS, rank).where(F.col("rank") == 1).drop("rank")
     latest = _apply_truncates(changelog, latest)
     return latest.withColumn("deleted", F.col("op") == S.OP_DELETE)
 
