@@ -88,8 +88,8 @@ def latest_rows(changelog: DataFrame, partial_images: bool | None = None) -> Dat
         partial_images = has_partial_images(rows)
     # One shuffle and one sort by key and event order give each key its last event (rank 1) and, where it is partial,
     # every image it had to complete it. A groupBy with max_by did the first through a map-side aggregation that
-    # merges nothing -- a key's rows are spread over the input's partitions -- and sorts twice: the 2M-event full
-    # rebuild's compaction took 17-24 s against 15-17 s for the window (docs/benchmarks.md).
+    # merges nothing -- a key's rows are spread over the input's partitions -- and sorted twice (2M changes to a
+    # noop sink: 14-18 s against 12-15 s for the window; docs/benchmarks.md, thirty-ninth session).
     by_key = Window.partitionBy("table_id", "key").orderBy(event_order().desc())
     rank = F.row_number().over(by_key).alias("rank")
     if partial_images:
