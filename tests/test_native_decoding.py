@@ -241,6 +241,22 @@ def test_number_tokens_that_pass_the_guard_read_back_as_written(spark):
     assert [r.token for r in passed if r.read != r.token] == []
 
 
+def test_the_shape_verdict_counts_a_refused_text_again_without_its_strings_stripping_it_once(spark):
+    """``with_shape_verdict``: the raw counts, then, for a text they refuse, the same counts over the text without its
+    strings' contents; the stripped text is one projection's column, not an expression repeated in every count (as
+    one CASE expression, the optimized plan held it six times and Spark computed it six times)."""
+    texts = ['{"a":"x"}', '{"a":"{\\"b\\":1}"}', '{"a":{"b":1}}', '{"a":"x"}}', None]
+    frame = spark.createDataFrame([(text,) for text in texts], "text string")
+    verdict = N.with_shape_verdict(
+        frame, lambda text: N.containers_accounted_for(text, F.lit(1), F.lit(0)), F.col("text")
+    )
+    assert verdict.columns == ["text", N.SHAPED]
+    # plain; JSON text inside a string; nested JSON; a brace after the object; no text (not UTF-8)
+    assert [row[N.SHAPED] for row in verdict.collect()] == [True, True, False, False, None]
+    optimized = verdict._jdf.queryExecution().optimizedPlan().toString()
+    assert optimized.count("regexp_replace(regexp_replace(") == 1
+
+
 def test_two_pass_write_equals_decode(spark, tmp_path):
     history = simulate(seed=5, events=600, days=1)
     records = [(r.key, r.value, list(r.headers)) for r in encode("debezium-json", history, tmp_path)]
