@@ -62,12 +62,13 @@ def test_bad_arguments_are_refused_with_a_message(argv, message, capsys, tmp_pat
 def test_spark_stages_are_placed_in_the_pipeline_stage_they_started_in():
     from cdcreplay_lab.benchmark_stages import render_stages, stages_of_run
 
-    def stage(stage_id: int, submitted: str, completed: str, run_ms: int, name: str) -> dict:
+    def stage(stage_id: int, submitted: str, completed: str, run_ms: int, name: str, first_task: str = "") -> dict:
         return {
             "stageId": stage_id,
             "name": name,
             "submissionTime": f"2026-11-27T01:00:{submitted}GMT",
             "completionTime": f"2026-11-27T01:00:{completed}GMT",
+            **({"firstTaskLaunchedTime": f"2026-11-27T01:00:{first_task}GMT"} if first_task else {}),
             "executorRunTime": run_ms,
             "executorCpuTime": run_ms * 500_000,  # nanoseconds: half the run time on CPU
             "jvmGcTime": 100,
@@ -79,7 +80,7 @@ def test_spark_stages_are_placed_in_the_pipeline_stage_they_started_in():
     stages = [
         stage(1, "05.000", "06.000", 900, "collect before the run"),
         stage(2, "10.500", "12.000", 2_000, "collect at archive.py"),
-        stage(3, "13.000", "40.000", 50_000, "parquet at decode"),
+        stage(3, "13.000", "40.000", 50_000, "parquet at decode", first_task="14.250"),
         stage(4, "45.000", "50.000", 9_000, "save at state"),
         stage(5, "59.000", "59.500", 400, "after the run"),
     ]
@@ -91,6 +92,8 @@ def test_spark_stages_are_placed_in_the_pipeline_stage_they_started_in():
         "pipeline_stage": "decode",
         "stage_id": 3,
         "name": "parquet at decode",
+        "start_s": 3.0,  # submitted 3 s into the run
+        "queued_s": 1.25,  # its first task began 1.25 s later (the cores were busy with another job's tasks)
         "wall_s": 27.0,
         "task_s": 50.0,
         "cpu_s": 25.0,
@@ -99,6 +102,7 @@ def test_spark_stages_are_placed_in_the_pipeline_stage_they_started_in():
         "input_mb": 0.0,
         "shuffle_write_mb": 2.0,
     }
+    assert rows[2]["queued_s"] is None  # the REST API gives no first task time for a stage that ran none
     table = render_stages(rows, top=2).splitlines()
     assert len(table) == 3 and "parquet at decode" in table[1] and "save at state" in table[2]
 

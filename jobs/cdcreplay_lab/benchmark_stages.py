@@ -1,10 +1,12 @@
 """`cdcreplay benchmark --spark-stages`: where a measured run's time went, per Spark stage, from Spark's REST API.
 
 Each Spark stage that completed during the run is listed with the pipeline stage it started in (read, decode,
-compact, type, audit, publish: from the run's own stage timings), its wall time, its tasks' run time, CPU time and
-garbage-collection time, and what it read and shuffled. Task time well above CPU time is time the tasks waited:
-on 2 cores, mostly for the JIT compiler's threads, disk and the collector. The session's UI must be on (it is, unless
-``spark.ui.enabled`` is false), since the REST API is served by it.
+compact, type, audit, publish: from the run's own stage timings), when it was submitted (seconds into the run) and
+how long it then waited for its first task (behind other jobs' tasks: stages of concurrent jobs queue for the same
+cores), its wall time, its tasks' run time, CPU time and garbage-collection time, and what it read and shuffled.
+Task time well above CPU time is time the tasks waited: on 2 cores, mostly for the JIT compiler's threads, disk and
+the collector. The session's UI must be on (it is, unless ``spark.ui.enabled`` is false), since the REST API is
+served by it.
 """
 
 from __future__ import annotations
@@ -48,11 +50,14 @@ def stages_of_run(stages: list[dict], started: float, timings: dict[str, float])
         submitted = _seconds(stage["submissionTime"])
         if submitted < started:
             continue
+        first_task = stage.get("firstTaskLaunchedTime")
         rows.append(
             {
                 "pipeline_stage": pipeline_stage(submitted),
                 "stage_id": stage["stageId"],
                 "name": stage["name"],
+                "start_s": round(submitted - started, 2),
+                "queued_s": round(_seconds(first_task) - submitted, 2) if first_task else None,
                 "wall_s": round(_seconds(stage["completionTime"]) - submitted, 2),
                 "task_s": round(stage["executorRunTime"] / 1000, 1),
                 "cpu_s": round(stage["executorCpuTime"] / 1e9, 1),
@@ -68,14 +73,14 @@ def stages_of_run(stages: list[dict], started: float, timings: dict[str, float])
 def render_stages(rows: list[dict], top: int = 12) -> str:
     """The ``top`` stages by task time, as a table."""
     header = (
-        f"  {'stage':>5} {'in':8} {'wall s':>7} {'task s':>7} {'cpu s':>6} {'gc s':>5} {'tasks':>5} {'shuffle MB':>10}"
-        "  name"
+        f"  {'stage':>5} {'in':8} {'at s':>7} {'wall s':>7} {'task s':>7} {'cpu s':>6} {'gc s':>5} {'tasks':>5} "
+        f"{'shuffle MB':>10}  name"
     )
     lines = [header]
     for row in sorted(rows, key=lambda r: -r["task_s"])[:top]:
         lines.append(
-            f"  {row['stage_id']:>5} {row['pipeline_stage']:8} {row['wall_s']:>7.1f} {row['task_s']:>7.1f} "
-            f"{row['cpu_s']:>6.1f} {row['gc_s']:>5.1f} {row['tasks']:>5} {row['shuffle_write_mb']:>10.1f}  "
-            f"{row['name'][:60]}"
+            f"  {row['stage_id']:>5} {row['pipeline_stage']:8} {row['start_s']:>7.1f} {row['wall_s']:>7.1f} "
+            f"{row['task_s']:>7.1f} {row['cpu_s']:>6.1f} {row['gc_s']:>5.1f} {row['tasks']:>5} "
+            f"{row['shuffle_write_mb']:>10.1f}  {row['name'][:60]}"
         )
     return "\n".join(lines)
