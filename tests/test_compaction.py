@@ -103,6 +103,30 @@ def test_delete_leaves_a_tombstone_and_a_pk_change_moves_the_row(spark):
     )
 
 
+def test_the_state_keeps_no_before_image_and_a_key_whose_table_id_is_another_keys_prefix_stays_apart(spark):
+    # Debezium-style events carry the row as it was before; the state keeps each key's last event without it.
+    was = {"id": "1", "v": "a", "w": None}
+    rows = [
+        {**change("insert", 1, was, position=(1,)), "before": None},
+        {**change("update", 1, {"id": "1", "v": "b", "w": None}, position=(2,)), "before": was},
+        {**change("delete", 2, None, position=(3,)), "before": {"id": "2", "v": "z", "w": None}},
+        # Same key text in tables whose ids share their first bytes: separate keys of separate tables.
+        change("insert", 1, {"id": "1", "v": "other", "w": None}, position=(1,), table="db.t2"),
+    ]
+    latest = latest_rows(frame(spark, rows))
+    assertDataFrameEqual(
+        latest.select("table_id", "key", "deleted", "after", "before"),
+        spark.createDataFrame(
+            [
+                ("db.t", '["1"]', False, {"id": "1", "v": "b", "w": None}, None),
+                ("db.t", '["2"]', True, None, None),
+                ("db.t2", '["1"]', False, {"id": "1", "v": "other", "w": None}, None),
+            ],
+            "table_id string, key string, deleted boolean, after map<string,string>, before map<string,string>",
+        ),
+    )
+
+
 def test_reinsert_after_delete_is_live_again(spark):
     rows = [
         change("insert", 1, {"id": "1", "v": "a", "w": None}, position=(1,)),

@@ -7,6 +7,9 @@ message. The last event wins:
   delete                     -> the key is a tombstone (kept in the state so a late, older event cannot bring it back);
   truncate (table level)     -> every key whose last event is older than the truncate is a tombstone.
 A primary-key change arrives as a delete of the old key and an insert of the new one, so it needs no special case.
+The state row of a key is its last event without the ``before`` image (NULL): what a key holds is its after image
+or its tombstone, and an event's before image matters only to that event (its decoder read the key from it;
+``explain`` reads it from the run's changelog), so it is not carried through the shuffle nor stored.
 
 Partial images (a column absent from ``after`` was not carried by the message, unlike a present NULL) are completed
 from the key's earlier images: the image of the last event is laid over the images before it, back to the last
@@ -86,11 +89,15 @@ def latest_rows(changelog: DataFrame, partial_images: bool | None = None) -> Dat
     rows = changelog.where(F.col("op").isin(*S.ROW_OPS) & F.col("key").isNotNull())
     if partial_images is None:
         partial_images = has_partial_images(rows)
+    rows = rows.withColumn("before", F.lit(None).cast("map<string,string>"))  # not state: see the module doc
     # One shuffle and one sort by key and event order give each key its last event (rank 1) and, where it is partial,
     # every image it had to complete it. A groupBy with max_by did the first through a map-side aggregation that
     # merges nothing -- a key's rows are spread over the input's partitions -- and sorted twice (2M changes to a
-    # noop sink: 14-18 s against 12-15 s for the window; docs/benchmarks.md, thirty-ninth session).
-    by_key = Window.partitionBy("table_id", "key").orderBy(event_order().desc())
+    # noop sink: 14-18 s against 12-15 s for the window; docs/benchmarks.md, thirty-ninth session). The key's hash
+    # leads the sort: a long that decides nearly every comparison from the sort's prefix, where the table ids (one
+    # shared first eight bytes) and key texts sent each one to a comparison of whole rows (docs/benchmarks.md,
+    # fortieth session).
+    by_key = Window.partitionBy(F.xxhash64("table_id", "key"), "table_id", "key").orderBy(event_order().desc())
     rank = F.row_number().over(by_key).alias("rank")
     if partial_images:
         whole_key = by_key.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
