@@ -94,9 +94,9 @@ def latest_rows(changelog: DataFrame, partial_images: bool | None = None) -> Dat
     # every image it had to complete it. A groupBy with max_by did the first through a map-side aggregation that
     # merges nothing -- a key's rows are spread over the input's partitions -- and sorted twice (2M changes to a
     # noop sink: 14-18 s against 12-15 s for the window; docs/benchmarks.md, thirty-ninth session). The key's hash
-    # leads the sort: a long that decides nearly every comparison from the sort's prefix, where the table ids (one
-    # shared first eight bytes) and key texts sent each one to a comparison of whole rows (docs/benchmarks.md,
-    # fortieth session).
+    # leads the sort: a long that decides nearly every comparison from the sort's 8-byte prefix, where table ids
+    # that share their first eight bytes (one schema's tables) sent each comparison to the whole rows: ids, key
+    # texts, positions (docs/benchmarks.md, fortieth session).
     by_key = Window.partitionBy(F.xxhash64("table_id", "key"), "table_id", "key").orderBy(event_order().desc())
     rank = F.row_number().over(by_key).alias("rank")
     if partial_images:
