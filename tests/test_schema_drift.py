@@ -19,8 +19,8 @@ from cdcreplay.warehouse import PipelinePaths, read_current, read_table
 OLD = {"id": "int", "v": "varchar(8)", "n": "int", "gone": "int"}
 
 
-def canal(offset: int, kind: str, data: list[dict], types: dict[str, str]) -> Record:
-    message = {"data": data, "old": None, "database": "shop", "table": "t", "type": kind, "isDdl": False,
+def canal(offset: int, kind: str, data: list[dict], types: dict[str, str], table: str = "t") -> Record:
+    message = {"data": data, "old": None, "database": "shop", "table": table, "type": kind, "isDdl": False,
                "pkNames": ["id"], "mysqlType": types, "es": 1000 + offset, "id": offset}  # fmt: skip
     return Record("c", 0, offset, json.dumps(message))
 
@@ -113,6 +113,32 @@ def test_a_type_change_old_values_cannot_follow_holds_those_rows_back_naming_the
     assert summary["type_conflicts"] == 0 and summary["tables"]["shop.t"]["type_conflicts"] == 0
     assert [(r["id"], r["v"]) for r in published(spark, tmp_path)[1]] == [(1, 4), (2, 7), (3, 5)]
     assert read_current(PipelinePaths(str(tmp_path / "warehouse"), "drift"))["tables"]["shop.t"]["rows"] == 3
+
+
+def test_only_the_table_with_a_conflict_holds_rows_back_and_a_run_without_any_writes_an_empty_list(spark, tmp_path):
+    """A table written whole with every live row of the state held nothing back; the rows held back are looked for
+    in the others. A run that holds back nothing still writes the (empty) list, with the same columns."""
+    retyped = {**OLD, "v": "int"}
+    first = [
+        canal(0, "INSERT", [{"id": "1", "v": "abc", "n": "1"}], OLD),
+        canal(1, "INSERT", [{"id": "2", "v": "xyz", "n": "2"}], OLD, table="u"),
+        canal(2, "INSERT", [{"id": "3", "v": "5", "n": "3"}], retyped),
+    ]
+    summary = replay(tmp_path, first, "r1", "a")
+    assert {t: info["type_conflicts"] for t, info in summary["tables"].items()} == {"shop.t": 1, "shop.u": 0}
+    assert {t: info["rows"] for t, info in summary["tables"].items()} == {"shop.t": 1, "shop.u": 1}
+    held_back = pq.read_table(summary["type_conflicts_path"])
+    assert [(row["table_id"], row["key"]) for row in held_back.to_pylist()] == [("shop.t", '["1"]')]
+
+    night = [
+        canal(3, "UPDATE", [{"id": "1", "v": "4", "n": "1"}], retyped),  # key 1 now fits
+        canal(4, "UPDATE", [{"id": "2", "v": "uvw", "n": "4"}], OLD, table="u"),
+    ]
+    summary = replay(tmp_path, night, "r2", "b")
+    assert summary["type_conflicts"] == 0
+    assert {t: info["rows"] for t, info in summary["tables"].items()} == {"shop.t": 2, "shop.u": 1}
+    nothing = pq.read_table(summary["type_conflicts_path"])
+    assert nothing.num_rows == 0 and nothing.schema.names == held_back.schema.names
 
 
 def test_merged_nights_hold_back_what_a_full_rebuild_holds_back(spark, tmp_path, monkeypatch):

@@ -9,6 +9,7 @@ rolled back (``roll_back_to``) before the next run builds on them.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import re
@@ -66,6 +67,17 @@ def latest_version(path: Location | str) -> int:
     if not versions:
         raise FileNotFoundError(f"{path} is not a Delta table: {log} holds no commit")
     return max(versions)
+
+
+def rows_written(path: Location | str, version: int) -> int | None:
+    """The rows the commit ``version`` wrote, from the metrics Delta records in the commit's own log entry (for a
+    whole write, the table's rows): a read of one small file, not a Spark job. None where the commit holds none
+    (``spark.databricks.delta.history.metricsEnabled`` off)."""
+    for line in _commit_file(path, version).read_text().splitlines():
+        if line.startswith('{"commitInfo"'):
+            written = json.loads(line)["commitInfo"].get("operationMetrics", {}).get("numOutputRows")
+            return None if written is None else int(written)
+    return None
 
 
 def has_commits_after(path: Location | str, version: int) -> bool:
