@@ -21,6 +21,7 @@ from test_compaction import change, frame
 
 from cdcreplay import delta_tables, state_store, typed_tables
 from cdcreplay.compaction import CARRY_OVER_MAX_CHANGES, changed_rows, latest_rows
+from cdcreplay.delta_tables import CHANGED_KEYS_WRITTEN
 from cdcreplay.entrypoints import EXIT_ERROR, EXIT_OK, reconcile_main, replay_main
 from cdcreplay.state_store import (
     commit_state,
@@ -263,12 +264,12 @@ def test_nights_merge_until_a_limit_and_publish_what_a_full_rebuild_does(spark, 
     # Table a is merged on the nights the state is (its keys' rows replaced, added and deleted): nights 2, 3 and 5;
     # night 4 truncates b alone (a gets no commit), night 6 writes the state and a whole.
     operations = [
-        r.operation
+        r.userMetadata or r.operation
         for r in spark.sql(f"DESCRIBE HISTORY delta.`{tmp_path}/nightly/warehouse/p/tables/shop.a`")
         .orderBy("version")
         .collect()
     ]
-    assert operations == ["WRITE", "MERGE", "MERGE", "MERGE", "WRITE"]
+    assert operations == ["WRITE", CHANGED_KEYS_WRITTEN, CHANGED_KEYS_WRITTEN, CHANGED_KEYS_WRITTEN, "WRITE"]
 
 
 def test_a_merge_that_would_fold_two_keys_into_one_typed_row_is_written_whole_and_refused(spark, tmp_path, monkeypatch):
@@ -290,7 +291,8 @@ def test_a_merge_that_would_fold_two_keys_into_one_typed_row_is_written_whole_an
     assert read_current(paths) == before
     table = str(paths.table_dir("shop.a"))
     history = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").orderBy("version").collect()
-    assert [r.operation for r in history] == ["WRITE", "MERGE", "WRITE", "RESTORE"]  # merged, rewritten, rolled back
+    # merged (written whole with the changed keys applied), written whole again, rolled back
+    assert [r.userMetadata or r.operation for r in history] == ["WRITE", CHANGED_KEYS_WRITTEN, "WRITE", "RESTORE"]
     newest = spark.read.format("delta").load(table)
     assertDataFrameEqual(
         newest.select("id", "v"), spark.createDataFrame([(k, f"a{k}") for k in range(1, 11)], "id int, v string")

@@ -35,6 +35,9 @@ VACUUM_MIN_AGE_S = 3600
 COMMIT_FILE = re.compile(r"(\d{20})\.json")  # a commit of the Delta log, named by its version
 # How a merge or a replace names the table's rows and the rows written into it, in its conditions.
 STORED, CHANGED = "stored", "changed"
+# The user metadata of a night's commit that wrote a table whole with its changed keys applied (rewrite_flagged), which
+# the table's history otherwise shows as a plain WRITE, like a full rebuild's.
+CHANGED_KEYS_WRITTEN = "cdcreplay: changed keys applied, table written whole"
 
 
 def _table(spark: SparkSession, path: str):
@@ -94,8 +97,15 @@ def read_version(spark: SparkSession, path: str, version: int | None = None) -> 
     return reader.load(path)
 
 
-def write_whole(rows: DataFrame, path: str, partition_by: tuple[str, ...] = (), deletion_vectors: bool = False) -> int:
+def write_whole(
+    rows: DataFrame,
+    path: str,
+    partition_by: tuple[str, ...] = (),
+    deletion_vectors: bool = False,
+    user_metadata: str | None = None,
+) -> int:
     """Replace the table's rows (and its schema) with ``rows`` in one commit, creating it if need be; the new version.
+    ``user_metadata``: what the commit's history says of it beside its operation.
 
     The files the old version read stay until a vacuum drops them, so a reader of an older version is not disturbed.
     """
@@ -106,6 +116,8 @@ def write_whole(rows: DataFrame, path: str, partition_by: tuple[str, ...] = (), 
         writer = writer.option(DELETION_VECTORS, "true")
     if partition_by:
         writer = writer.partitionBy(*partition_by)
+    if user_metadata:
+        writer = writer.option("userMetadata", user_metadata)
     writer.save(path)
     return latest_version(path)
 
@@ -181,6 +193,22 @@ def merge_flagged(rows: DataFrame, path: str, on: tuple[str, ...], flag: str, br
         .execute()
     )
     return latest_version(path)
+
+
+def rewrite_flagged(rows: DataFrame, path: str, on: tuple[str, ...], flag: str) -> int:
+    """What ``merge_flagged`` does, as one write of the whole table: its rows whose ``on`` columns match no row of
+    ``rows``, then the rows of ``rows`` whose ``flag`` is true; one commit. The new version. ``rows`` must fit a
+    broadcast (``fits_broadcast``): every task looks its stored rows' keys up in them.
+
+    For a table without deletion vectors: a night's keys are spread over every file of a large table, so its MERGE
+    rewrites every file anyway, after a join that shuffles the whole table with the changed rows (its insert clause
+    makes it a full outer join, which cannot be broadcast). This write reads each file once and shuffles nothing. On
+    the 5M-row typed table and a 200k-key night, alternating in one JVM: 14.6-16.4 s against 21.0-25.7 s, the same
+    rows. Its history shows a WRITE with the user metadata CHANGED_KEYS_WRITTEN."""
+    stored = read_version(rows.sparkSession, path).alias(STORED)
+    kept = stored.join(F.broadcast(rows.select(*on)).alias(CHANGED), F.expr(_same_key(on)), "left_anti")
+    written = kept.unionByName(rows.filter(F.col(flag)).drop(flag))
+    return write_whole(written, path, user_metadata=CHANGED_KEYS_WRITTEN)
 
 
 def use_deletion_vectors(spark: SparkSession, path: str, enabled: bool) -> None:

@@ -95,7 +95,12 @@ def type_tables(
             on = tuple(retyped[table_id].key_columns)
             delta_tables.use_deletion_vectors(spark, path, deletion_vectors)
             broadcast = delta_tables.fits_broadcast(changed)  # typed from the merged rows, which are cached
-            versions[table_id] = delta_tables.merge_flagged(changed, path, on, PUBLISHED, broadcast=broadcast)
+            if broadcast and not deletion_vectors:
+                # Without deletion vectors a merge rewrites every file a changed key is in: a night's keys are in
+                # every file, and writing the table whole costs less than the merge's join (rewrite_flagged).
+                versions[table_id] = delta_tables.rewrite_flagged(changed, path, on, PUBLISHED)
+            else:
+                versions[table_id] = delta_tables.merge_flagged(changed, path, on, PUBLISHED, broadcast=broadcast)
         else:
             versions[table_id] = delta_tables.write_whole(typed_table(rows, retyped[table_id]), path)
             # typed_table leaves out exactly the live rows with a type conflict: a write of all of them left none out.
