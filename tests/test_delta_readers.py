@@ -32,6 +32,8 @@ def read_by_delta_rs(spark, paths: PipelinePaths, table_id: str, like):
 def test_delta_rs_reads_every_published_table_as_spark_does(spark, tmp_path, monkeypatch, deletion_vectors):
     # The night merges its changed keys into the typed tables whatever their size, as a large table's night does.
     monkeypatch.setattr(typed_tables, "TYPED_MERGE_MIN_ROWS", 0)
+    # ... and, without deletion vectors, written whole with their changed keys applied, as a large table's night is
+    monkeypatch.setattr(typed_tables, "REWRITE_MIN_KEYS_PER_FILE", 0)
     monkeypatch.setattr(typed_tables, "TYPED_MERGE_MAX_SHARE", 100)
     monkeypatch.setattr(state_store, "MAX_MERGE_SHARE", 100)
     history = build_sample_archive(tmp_path / "archive", "debezium-json", events=1500, seed=7, days=2)

@@ -211,15 +211,26 @@ def rewrite_flagged(rows: DataFrame, path: str, on: tuple[str, ...], flag: str) 
     return write_whole(written, path, user_metadata=CHANGED_KEYS_WRITTEN)
 
 
+def file_count(spark: SparkSession, path: str) -> int:
+    """The data files the table's newest version reads."""
+    return spark.sql(f"DESCRIBE DETAIL delta.{_quoted(path)}").first()["numFiles"]
+
+
 def use_deletion_vectors(spark: SparkSession, path: str, enabled: bool) -> None:
     """Make the table's next MERGEs mark replaced rows in deletion vectors (``enabled``) or rewrite their files, by
     its ``delta.enableDeletionVectors`` property (a commit of its own when it changes). Turning them on upgrades the
     table's protocol for good; turning them off again keeps that protocol, and the vectors already written stay until
     their files are rewritten."""
-    quoted = "`" + path.replace("`", "``") + "`"
-    properties = spark.sql(f"DESCRIBE DETAIL delta.{quoted}").select("properties").first()[0] or {}
+    properties = spark.sql(f"DESCRIBE DETAIL delta.{_quoted(path)}").select("properties").first()[0] or {}
     if (properties.get(DELETION_VECTORS) == "true") != enabled:
-        spark.sql(f"ALTER TABLE delta.{quoted} SET TBLPROPERTIES ('{DELETION_VECTORS}' = '{str(enabled).lower()}')")
+        spark.sql(
+            f"ALTER TABLE delta.{_quoted(path)} SET TBLPROPERTIES ('{DELETION_VECTORS}' = '{str(enabled).lower()}')"
+        )
+
+
+def _quoted(path: str) -> str:
+    """``path`` as a quoted identifier, for ``delta.`<path>``` in SQL."""
+    return "`" + path.replace("`", "``") + "`"
 
 
 def _same_key(on: tuple[str, ...]) -> str:

@@ -43,6 +43,10 @@ TYPED_WRITES_AT_ONCE = 4
 # merge costs ~1.5 s of Delta's own work against ~0.4 s for its rewrite).
 TYPED_MERGE_MIN_ROWS = 100_000
 TYPED_MERGE_MAX_SHARE = 0.5
+# Without deletion vectors a merge rewrites every file one of the night's keys is in. A typed table's rows are in the
+# state's hash order, not key order, so the night's keys spread evenly over its files: with this many keys per file
+# it leaves fewer than 2% of them (e^-4) untouched, and the table is written whole instead (rewrite_flagged).
+REWRITE_MIN_KEYS_PER_FILE = 4
 
 
 @dataclass(frozen=True)
@@ -95,9 +99,12 @@ def type_tables(
             on = tuple(retyped[table_id].key_columns)
             delta_tables.use_deletion_vectors(spark, path, deletion_vectors)
             broadcast = delta_tables.fits_broadcast(changed)  # typed from the merged rows, which are cached
-            if broadcast and not deletion_vectors:
-                # Without deletion vectors a merge rewrites every file a changed key is in: a night's keys are in
-                # every file, and writing the table whole costs less than the merge's join (rewrite_flagged).
+            if (
+                broadcast
+                and not deletion_vectors
+                and changed.count() >= REWRITE_MIN_KEYS_PER_FILE * delta_tables.file_count(spark, path)
+            ):
+                # The merge would rewrite about every file: writing the table whole costs less than its join.
                 versions[table_id] = delta_tables.rewrite_flagged(changed, path, on, PUBLISHED)
             else:
                 versions[table_id] = delta_tables.merge_flagged(changed, path, on, PUBLISHED, broadcast=broadcast)
