@@ -274,11 +274,17 @@ def test_nights_merge_until_a_limit_and_publish_what_a_full_rebuild_does(spark, 
     assert operations == ["WRITE", CHANGED_KEYS_WRITTEN, CHANGED_KEYS_WRITTEN, CHANGED_KEYS_WRITTEN, "WRITE"]
 
 
-def test_a_merge_that_would_fold_two_keys_into_one_typed_row_is_written_whole_and_refused(spark, tmp_path, monkeypatch):
+@pytest.mark.parametrize("keys_per_file", [None, 0], ids=["merged", "written-whole"])
+def test_a_merge_that_would_fold_two_keys_into_one_typed_row_is_written_whole_and_refused(
+    spark, tmp_path, monkeypatch, keys_per_file
+):
     """Keys "1" and "01" are two keys of the state but one int: a merge would update the typed row of key 1 with
     key "01"'s row, and the table would silently hold one row for two keys. The run writes the table whole instead,
-    and the audit refuses it, as it refuses a full rebuild of the same rows."""
+    and the audit refuses it, as it refuses a full rebuild of the same rows. Likewise when the night's changed keys
+    are applied by writing the table whole (rewrite_flagged) instead of a MERGE."""
     monkeypatch.setattr(typed_tables, "TYPED_MERGE_MIN_ROWS", 0)
+    if keys_per_file is not None:
+        monkeypatch.setattr(typed_tables, "REWRITE_MIN_KEYS_PER_FILE", keys_per_file)
     night_2 = [canal(2, "INSERT", [{"id": "01", "v": "a01"}])]
     replay_nights(tmp_path, "folded", [(1, NIGHTS[1])])
     root = tmp_path / "folded"
@@ -294,7 +300,8 @@ def test_a_merge_that_would_fold_two_keys_into_one_typed_row_is_written_whole_an
     table = str(paths.table_dir("shop.a"))
     history = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").orderBy("version").collect()
     # merged (one changed key: fewer than REWRITE_MIN_KEYS_PER_FILE for the table's file), written whole, rolled back
-    assert [r.operation for r in history] == ["WRITE", "MERGE", "WRITE", "RESTORE"]
+    night = "MERGE" if keys_per_file is None else CHANGED_KEYS_WRITTEN
+    assert [r.userMetadata or r.operation for r in history] == ["WRITE", night, "WRITE", "RESTORE"]
     newest = spark.read.format("delta").load(table)
     assertDataFrameEqual(
         newest.select("id", "v"), spark.createDataFrame([(k, f"a{k}") for k in range(1, 11)], "id int, v string")
