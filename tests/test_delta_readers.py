@@ -97,6 +97,20 @@ def test_a_merge_replaces_adds_and_deletes_by_flag_and_a_null_key_matches_no_row
     assertDataFrameEqual(delta_tables.read_version(spark, path, version), expected)
 
 
+def test_a_table_written_whole_with_its_changed_keys_keeps_its_files_and_adds_one(spark, tmp_path):
+    """The stored rows keep the files they were read from; the changed rows, whatever partitions they come in, go to
+    one new file (not one small file per partition, night after night); `table_detail` counts the files."""
+    path = str(tmp_path / "t")
+    stored = spark.range(0, 3000).select("id", F.col("id").cast("string").alias("v"))
+    delta_tables.write_whole(stored.repartition(3), path)
+    assert delta_tables.table_detail(spark, path)["numFiles"] == 3
+    night = spark.range(0, 3000, 10).select("id", F.lit("night").alias("v"), (F.col("id") % 20 == 0).alias("_p"))
+    version = delta_tables.rewrite_flagged(night.repartition(8), path, ("id",), "_p")
+    assert delta_tables.table_detail(spark, path)["numFiles"] == 4
+    rows = delta_tables.read_version(spark, path, version)
+    assert (rows.count(), rows.where("v = 'night'").count()) == (3000 - 150, 150)  # 300 changed: 150 kept, 150 gone
+
+
 def test_a_tables_merges_follow_the_deletion_vectors_option_each_time(spark, tmp_path):
     """On, a merge marks the rows it replaces; off again, the next merge rewrites the file that holds them (copying
     its other rows), and the table's protocol keeps allowing deletion vectors, as the option's doc says."""

@@ -97,13 +97,10 @@ def type_tables(
             # rows, without reading the new state again to find them.
             changed = typed_changes(table_state(committed.merged_rows, table_id), retyped[table_id])
             on = tuple(retyped[table_id].key_columns)
-            delta_tables.use_deletion_vectors(spark, path, deletion_vectors)
+            detail = delta_tables.table_detail(spark, path)  # its files and properties, read once
+            delta_tables.use_deletion_vectors(spark, path, deletion_vectors, detail)
             broadcast = delta_tables.fits_broadcast(changed)  # typed from the merged rows, which are cached
-            if (
-                broadcast
-                and not deletion_vectors
-                and changed.count() >= REWRITE_MIN_KEYS_PER_FILE * delta_tables.file_count(spark, path)
-            ):
+            if broadcast and not deletion_vectors and changed.count() >= REWRITE_MIN_KEYS_PER_FILE * detail["numFiles"]:
                 # The merge would rewrite about every file: writing the table whole costs less than its join.
                 versions[table_id] = delta_tables.rewrite_flagged(changed, path, on, PUBLISHED)
             else:
