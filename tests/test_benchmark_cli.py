@@ -60,7 +60,7 @@ def test_bad_arguments_are_refused_with_a_message(argv, message, capsys, tmp_pat
 
 
 def test_spark_stages_are_placed_in_the_pipeline_stage_they_started_in():
-    from cdcreplay_lab.benchmark_stages import render_stages, stages_of_run
+    from cdcreplay_lab.benchmark_stages import driver_only_seconds, render_stages, stages_of_run
 
     def stage(stage_id: int, submitted: str, completed: str, run_ms: int, name: str, first_task: str = "") -> dict:
         return {
@@ -105,6 +105,12 @@ def test_spark_stages_are_placed_in_the_pipeline_stage_they_started_in():
     assert rows[2]["queued_s"] is None  # the REST API gives no first task time for a stage that ran none
     table = render_stages(rows, top=2).splitlines()
     assert len(table) == 3 and "parquet at decode" in table[1] and "save at state" in table[2]
+    # read 0-2.5 s: stage 2 ran 0.5-2; decode 2.5-32.5: stage 3 ran 3-30 (queue included); compact 32.5-42.5:
+    # stage 4 ran 35-40 and a stage overlapping it (36-41) adds only its last second.
+    overlapping = {**rows[2], "stage_id": 6, "start_s": 36.0, "wall_s": 5.0}
+    assert driver_only_seconds([*rows, overlapping], {"read": 2.5, "decode": 30.0, "compact": 10.0}) == {
+        "read": 1.0, "decode": 3.0, "compact": 4.0
+    }  # fmt: skip
 
 
 def test_spark_stages_need_the_spark_ui(spark):

@@ -602,10 +602,13 @@ def _with_spark_stages(spark, result: dict, wanted: bool) -> None:
     """With ``--spark-stages``: the run's Spark stages into ``result``, the slowest printed."""
     if not wanted:
         return
-    from cdcreplay_lab.benchmark_stages import completed_stages, render_stages, stages_of_run
+    from cdcreplay_lab.benchmark_stages import completed_stages, driver_only_seconds, render_stages, stages_of_run
 
     result["spark_stages"] = stages_of_run(completed_stages(spark), result["started_at"], result["stages_s"])
+    result["driver_only_s"] = driver_only_seconds(result["spark_stages"], result["stages_s"])
     print(render_stages(result["spark_stages"]), flush=True)
+    idle = ", ".join(f"{stage} {seconds:.1f}" for stage, seconds in result["driver_only_s"].items())
+    print(f"  seconds without a Spark stage running (the driver's own work): {idle}", flush=True)
 
 
 def _keyed_defaults(parser, args) -> None:

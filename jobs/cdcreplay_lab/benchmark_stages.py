@@ -5,7 +5,8 @@ compact, type, audit, publish: from the run's own stage timings), when it was su
 how long it then waited for its first task (behind other jobs' tasks: stages of concurrent jobs queue for the same
 cores), its wall time, its tasks' run time, CPU time and garbage-collection time, and what it read and shuffled.
 Task time well above CPU time is time the tasks waited: on 2 cores, mostly for the JIT compiler's threads, disk and
-the collector. The session's UI must be on (it is, unless ``spark.ui.enabled`` is false), since the REST API is
+the collector. Beside them, the seconds of each pipeline stage in which no Spark stage ran (the driver's own work).
+The session's UI must be on (it is, unless ``spark.ui.enabled`` is false), since the REST API is
 served by it.
 """
 
@@ -68,6 +69,25 @@ def stages_of_run(stages: list[dict], started: float, timings: dict[str, float])
             }
         )
     return sorted(rows, key=lambda row: row["stage_id"])
+
+
+def driver_only_seconds(rows: list[dict], timings: dict[str, float]) -> dict[str, float]:
+    """Per pipeline stage (``timings``, as in :func:`stages_of_run`), the seconds in which no Spark stage of ``rows``
+    ran: the driver's own work (Delta's log, planning, Python) and the gaps between jobs. A stage counts from its
+    submission to its completion, queue included, clipped to the pipeline stage."""
+    spans = sorted((row["start_s"], row["start_s"] + row["wall_s"]) for row in rows)
+    idle, at = {}, 0.0
+    for name, seconds in timings.items():
+        begin, end = at, at + seconds
+        at = end
+        busy, reached = 0.0, begin
+        for start, stop in spans:
+            start, stop = max(start, reached), min(stop, end)
+            if stop > start:
+                busy += stop - start
+                reached = stop
+        idle[name] = round(seconds - busy, 2)
+    return idle
 
 
 def render_stages(rows: list[dict], top: int = 12) -> str:
