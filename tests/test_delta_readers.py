@@ -98,8 +98,9 @@ def test_a_merge_replaces_adds_and_deletes_by_flag_and_a_null_key_matches_no_row
 
 
 def test_a_table_written_whole_with_its_changed_keys_keeps_its_files_and_adds_one(spark, tmp_path):
-    """The stored rows keep the files they were read from; the changed rows, whatever partitions they come in, go to
-    one new file (not one small file per partition, night after night); `table_detail` counts the files."""
+    """The stored rows are written back from the splits they are read in (here one per file); the changed rows,
+    whatever partitions they come in, go to one new file, not one small file per partition, night after night;
+    `table_detail` counts the files."""
     path = str(tmp_path / "t")
     stored = spark.range(0, 3000).select("id", F.col("id").cast("string").alias("v"))
     delta_tables.write_whole(stored.repartition(3), path)

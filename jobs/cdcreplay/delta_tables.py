@@ -207,9 +207,9 @@ def rewrite_flagged(rows: DataFrame, path: str, on: tuple[str, ...], flag: str) 
     rows. Its history shows a WRITE with the user metadata CHANGED_KEYS_WRITTEN."""
     stored = read_version(rows.sparkSession, path).alias(STORED)
     kept = stored.join(F.broadcast(rows.select(*on)).alias(CHANGED), F.expr(_same_key(on)), "left_anti")
-    # The changed rows go to one file of their own. Written from their many partitions, each night added that many
-    # small files (the 5M-row table's first night: 8 of 22k rows beside its 8 of 600k); the next night's scan packs
-    # small files into one split, so one file is what they become anyway.
+    # The changed rows go to one file of their own: they fit a broadcast, so one task can write them. Written from
+    # their many partitions (the state's window), each night added that many small files: the 5M-row table's first
+    # night wrote 8 of 22k rows beside its 8 of 600k.
     written = kept.unionByName(rows.filter(F.col(flag)).drop(flag).coalesce(1))
     return write_whole(written, path, user_metadata=CHANGED_KEYS_WRITTEN)
 
@@ -224,7 +224,7 @@ def use_deletion_vectors(spark: SparkSession, path: str, enabled: bool, detail: 
     its ``delta.enableDeletionVectors`` property (a commit of its own when it changes). Turning them on upgrades the
     table's protocol for good; turning them off again keeps that protocol, and the vectors already written stay until
     their files are rewritten. ``detail``: the table's :func:`table_detail`, where the caller has read it already."""
-    properties = (detail or table_detail(spark, path))["properties"] or {}
+    properties = (detail if detail is not None else table_detail(spark, path))["properties"] or {}
     if (properties.get(DELETION_VECTORS) == "true") != enabled:
         spark.sql(
             f"ALTER TABLE delta.{_quoted(path)} SET TBLPROPERTIES ('{DELETION_VECTORS}' = '{str(enabled).lower()}')"

@@ -607,8 +607,8 @@ def _with_spark_stages(spark, result: dict, wanted: bool) -> None:
     result["spark_stages"] = stages_of_run(completed_stages(spark), result["started_at"], result["stages_s"])
     result["driver_only_s"] = driver_only_seconds(result["spark_stages"], result["stages_s"])
     print(render_stages(result["spark_stages"]), flush=True)
-    idle = ", ".join(f"{stage} {seconds:.1f}" for stage, seconds in result["driver_only_s"].items())
-    print(f"  seconds without a Spark stage running (the driver's own work): {idle}", flush=True)
+    driver_only = ", ".join(f"{stage} {seconds:.1f}" for stage, seconds in result["driver_only_s"].items())
+    print(f"  seconds without a Spark stage running (the driver's own work): {driver_only}", flush=True)
 
 
 def _keyed_defaults(parser, args) -> None:

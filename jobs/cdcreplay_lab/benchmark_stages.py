@@ -6,8 +6,7 @@ how long it then waited for its first task (behind other jobs' tasks: stages of 
 cores), its wall time, its tasks' run time, CPU time and garbage-collection time, and what it read and shuffled.
 Task time well above CPU time is time the tasks waited: on 2 cores, mostly for the JIT compiler's threads, disk and
 the collector. Beside them, the seconds of each pipeline stage in which no Spark stage ran (the driver's own work).
-The session's UI must be on (it is, unless ``spark.ui.enabled`` is false), since the REST API is
-served by it.
+The session's UI must be on (it is, unless ``spark.ui.enabled`` is false), since the REST API is served by it.
 """
 
 from __future__ import annotations
