@@ -49,6 +49,18 @@ from cdcreplay_lab.benchmark import main
             "--state-keys must be at least --nightly-events (200,000): each night record changes a key of its own",
         ),
         (["--incremental", "--state-keys", "1000", "--nightly-events", "0"], "--nightly-events must be at least 1"),
+        (
+            ["--incremental", "--nights", "2"],
+            "--nights runs nights of the --state-keys archive in a row: add --state-keys",
+        ),
+        (
+            ["--incremental", "--state-keys", "1000", "--nightly-events", "200", "--nights", "6"],
+            "--nights must be from 1 to --state-keys // --nightly-events (5): no two nights change the same key",
+        ),
+        (
+            ["--incremental", "--state-keys", "1000", "--nightly-events", "200", "--nights", "0"],
+            "--nights must be from 1 to --state-keys // --nightly-events (5): no two nights change the same key",
+        ),
     ],
 )
 def test_bad_arguments_are_refused_with_a_message(argv, message, capsys, tmp_path):

@@ -196,4 +196,53 @@ def test_a_night_onto_a_state_of_given_keys_publishes_what_the_full_rebuild_did(
 def test_a_keyed_archive_needs_a_key_for_each_night_record(spark, tmp_path):
     with pytest.raises(ValueError, match="the night touches 200 distinct existing keys at most: --state-keys must be"):
         benchmark_keyed.write_keyed_archive(spark, tmp_path / "archive", 100, 200)
+    with pytest.raises(ValueError, match="3 nights of 50 records each change keys no other night changes only up to "):
+        benchmark_keyed.write_keyed_archive(spark, tmp_path / "archive", 100, 50, nights=3)
     assert not (tmp_path / "archive").exists()
+
+
+def test_nights_in_a_row_each_go_onto_the_state_the_night_before_built(spark, tmp_path):
+    """`--state-keys N --nights K`: K nights a day apart, no key changed by two of them; run one after the other,
+    each onto the state the night before built, the last publishes what the full rebuild of the archive does."""
+    keys, nightly, nights = 300, 30, 3
+    source = keyed_source(spark, tmp_path, keys, nightly, nights=nights)
+    raw = spark.read.parquet(str(source.path))
+    assert raw.count() == keys + nightly * nights
+    value = F.col("value").cast("string")
+    night_records = raw.where(F.col("offset") >= keys).select(
+        F.floor((F.col("offset") - keys) / nightly).alias("night"),
+        "offset",
+        "timestamp",
+        # an update names its key in `key`, an insert and a delete in `data`
+        F.coalesce(F.get_json_object(value, "$.key.id"), F.get_json_object(value, "$.data.id")).alias("id"),
+        F.get_json_object(value, "$.meta.scn").alias("scn"),
+    )
+    keys_of = {
+        row.night: set(row.ids)
+        for row in night_records.groupBy("night").agg(F.collect_list("id").alias("ids")).collect()
+    }
+    assert sorted(keys_of) == [0, 1, 2]
+    assert all(len(ids) == nightly for ids in keys_of.values())  # each record of a night on a key of its own
+    assert not (keys_of[0] & keys_of[1]) and not (keys_of[0] & keys_of[2]) and not (keys_of[1] & keys_of[2])
+    firsts = {row.night: row for row in night_records.where((F.col("offset") - keys) % nightly == 0).collect()}
+    assert [firsts[n].timestamp - firsts[0].timestamp for n in (1, 2)] == [
+        benchmark_keyed.NIGHT_SPACING,
+        2 * benchmark_keyed.NIGHT_SPACING,
+    ]
+    assert firsts[2].scn == str(benchmark_keyed.FIRST_SCN + firsts[2].offset)
+
+    events = keys + nightly * nights
+    full = measure(spark, tmp_path, "dts-shareplex-json", events, reconcile=False, source=source)
+    assert full["tables"] == {"bench.items": keys}  # each night deletes 3 keys and inserts 3 new ones
+    incremental = measure_incremental(
+        spark, tmp_path, "dts-shareplex-json", events, full, nightly_events=nightly, source=source, nights=nights
+    )
+    assert incremental["identical_to_full_rebuild"], incremental["differing_tables"]
+    counted = [night["records"] for night in incremental["nights"]]
+    # the cut is a percentile of the Kafka timestamps: the last loaded record may fall on the first night's side
+    assert counted[0] in (nightly, nightly + 1) and counted[1:] == [nightly, nightly]
+    assert incremental["state_records_before"] + sum(counted) == events
+    assert (incremental["nightly_records"], incremental["nightly_s"]) == (
+        counted[0],
+        incremental["nights"][0]["seconds"],
+    )

@@ -2,7 +2,8 @@
 
 cdcreplay benchmark [--events 2000000] [--formats debezium-json,canal-json|all|none] [--master local[2]] [--reconcile]
                    [--incremental [--nightly-events 200000] [--full-rebuild-from result.json
-                                                             | --state-keys 5000000 [--deletion-vectors]]]
+                                                             | --state-keys 5000000 [--nights 1]
+                                                               [--deletion-vectors]]]
                    [--reconcile-rows 5000000] [--from-kafka] [--spark-stages]
 
 For each format: the simulator writes a Parquet archive of ``--events`` row events (kept under ``--work`` and reused
@@ -12,10 +13,11 @@ The reference is the hand-written Spark job of shared/environment.md (Debezium J
 196,000 events/s; DuckDB did the same at ~1,000,000 events/s. A JSON result file is written for comparisons.
 ``--reconcile-rows N`` also times the reconciliation of an N-row snapshot against an N-row state
 (``benchmark_reconcile``). ``--incremental --state-keys N`` measures a nightly run onto a state of N keys on an
-archive Spark writes instead of the simulator (``benchmark_keyed``), ``--deletion-vectors`` with the pipeline's
-`deletion_vectors` option on. ``--from-kafka`` also replays each format's
-archive from a local Kafka broker and reports it beside the archive's row (``benchmark_kafka``). ``--spark-stages``
-lists each run's slowest Spark stages from Spark's REST API (``benchmark_stages``) and keeps all of them in the result.
+archive Spark writes instead of the simulator (``benchmark_keyed``), ``--nights K`` K such nights in a row (each
+onto the state the one before built), ``--deletion-vectors`` with the pipeline's `deletion_vectors` option on.
+``--from-kafka`` also replays each format's archive from a local Kafka broker and reports it beside the archive's row
+(``benchmark_kafka``). ``--spark-stages`` lists each run's slowest Spark stages from Spark's REST API
+(``benchmark_stages``) and keeps all of them in the result.
 
 Not part of the test run: timings on a shared 2-core machine are noisy, so they are measured here, not asserted.
 """
@@ -80,21 +82,25 @@ def _simulated_pipeline(fmt: str) -> str:
     return f"bench_{fmt.replace('-', '_')}"
 
 
-def keyed_source(spark, work: Path, keys: int, nightly: int, deletion_vectors: bool = False) -> ArchiveSource:
-    """The ``--state-keys`` archive (``benchmark_keyed``): ``keys`` keys loaded, then ``nightly`` night records; its
-    pipeline with the `deletion_vectors` option as given."""
+def keyed_source(
+    spark, work: Path, keys: int, nightly: int, deletion_vectors: bool = False, nights: int = 1
+) -> ArchiveSource:
+    """The ``--state-keys`` archive (``benchmark_keyed``): ``keys`` keys loaded, then ``nights`` nights of ``nightly``
+    records; its pipeline with the `deletion_vectors` option as given."""
 
     def write(folder: Path) -> str:
-        benchmark_keyed.write_keyed_archive(spark, folder, keys, nightly)
-        return f"wrote {keys + nightly:,} records ({keys:,} keys, {nightly:,} at night)"
+        benchmark_keyed.write_keyed_archive(spark, folder, keys, nightly, nights)
+        return f"wrote {keys + nightly * nights:,} records ({keys:,} keys, {nights} x {nightly:,} at night)"
 
     wanted = {
         "format": KEYED_FORMAT,
         "state_keys": keys,
         "nightly_events": nightly,
         "version": benchmark_keyed.ARCHIVE_VERSION,
+        **({"nights": nights} if nights > 1 else {}),  # one night: an archive written before --nights still serves
     }
-    folder = _written_once(work / "archives" / f"keyed-{KEYED_FORMAT}-{keys}-{nightly}", wanted, write)
+    name = f"keyed-{KEYED_FORMAT}-{keys}-{nightly}" + (f"-x{nights}" if nights > 1 else "")
+    folder = _written_once(work / "archives" / name, wanted, write)
     settings = {**benchmark_keyed.pipeline_settings(), **({"deletion_vectors": True} if deletion_vectors else {})}
     return ArchiveSource(folder, settings, KEYED_PIPELINE)
 
@@ -291,11 +297,15 @@ def measure_incremental(
     full: dict,
     nightly_events: int | None = None,
     source: ArchiveSource | None = None,
+    nights: int = 1,
 ) -> dict:
     """A nightly run (the newest ``nightly_events`` records, or the newest tenth of the archive) onto the state built
     from the rest, against ``full`` (the full rebuild of the same ``source``, default the simulator's archive).
+    ``nights`` > 1 (a ``--state-keys`` archive of that many nights): the newest ``nights`` x ``nightly_events``
+    records, one night after the other, each onto the state the one before built (``benchmark_keyed.NIGHT_SPACING``
+    apart); the first night's figures stay where a single night's are, and ``nights`` lists each.
 
-    The tables it publishes must equal the full rebuild's ones, provenance included (compared with Spark).
+    The tables the last night publishes must equal the full rebuild's ones, provenance included (compared with Spark).
     """
     from cdcreplay import archive as archive_files
     from cdcreplay.config import load_config
@@ -307,26 +317,43 @@ def measure_incremental(
     config = load_config(_config(work, fmt, source, warehouse="warehouse-incremental"))
     pipeline = config.project.pipelines[0]
     raw = archive_files.read_archive(spark, archive_files.archive_files(str(archive), "parquet"), "parquet")
-    cut_text = nightly_cut(raw, nightly_events).isoformat()
+    cut = nightly_cut(raw, nightly_events * nights if nightly_events else None)
     history = run_pipeline(
-        spark, config, pipeline, build_run_spec(config, run_id="history", end=cut_text, full_rebuild=True)
+        spark, config, pipeline, build_run_spec(config, run_id="history", end=cut.isoformat(), full_rebuild=True)
     )
+    measured = []
     with PeakMemory(spark) as memory:
-        began = time.monotonic()
-        nightly = run_pipeline(spark, config, pipeline, build_run_spec(config, run_id="nightly", start=cut_text))
-        elapsed = time.monotonic() - began
-    published = {table: (info["path"], info["delta_version"]) for table, info in nightly.tables.items()}
+        for night in range(nights):
+            start = cut + night * benchmark_keyed.NIGHT_SPACING
+            end = (start + benchmark_keyed.NIGHT_SPACING).isoformat() if night < nights - 1 else None
+            run_id = "nightly" if nights == 1 else f"nightly_{night + 1}"
+            spec = build_run_spec(config, run_id=run_id, start=start.isoformat(), end=end)
+            began = time.monotonic()
+            summary = run_pipeline(spark, config, pipeline, spec)
+            measured.append((summary, round(time.monotonic() - began, 2)))
+    first, first_s = measured[0]
+    last = measured[-1][0]
+    published = {table: (info["path"], info["delta_version"]) for table, info in last.tables.items()}
     differing = differing_tables(spark, published, full)
     return {
         "state_records_before": history.distinct_records,
         # the keys the nightly run merges into: live rows and the tombstones of deleted keys
         "state_keys_before": sum(info["rows"] + info["tombstones"] for info in history.tables.values()),
-        "nightly_records": nightly.distinct_records,
-        "nightly_s": round(elapsed, 2),
+        "nightly_records": first.distinct_records,
+        "nightly_s": first_s,
         "full_rebuild_s": full["seconds"],
         # from the two times as reported, so the ratio printed is the one a reader computes from them
-        "speedup_vs_full": round(full["seconds"] / round(elapsed, 2), 2),
-        "nightly_stages_s": nightly.timings_s,
+        "speedup_vs_full": round(full["seconds"] / first_s, 2),
+        "nightly_stages_s": first.timings_s,
+        "nights": [
+            {
+                "records": summary.distinct_records,
+                "seconds": seconds,
+                "speedup_vs_full": round(full["seconds"] / seconds, 2),
+                "stages_s": summary.timings_s,
+            }
+            for summary, seconds in measured
+        ],
         "peak_driver_jvm_mb": memory.peak_jvm_mb,
         "identical_to_full_rebuild": not differing,
         "differing_tables": differing,
@@ -458,6 +485,13 @@ def main(argv: list[str] | None = None) -> int:
         f"keys, on a {KEYED_FORMAT} archive Spark writes (benchmark_keyed.py) instead of the simulator's",
     )
     parser.add_argument(
+        "--nights",
+        type=int,
+        default=1,
+        help="with --state-keys: this many nights of --nightly-events records each, one a day, each run onto the state "
+        "the night before built (default 1)",
+    )
+    parser.add_argument(
         "--deletion-vectors",
         action="store_true",
         help="with --state-keys: the pipeline's `deletion_vectors` option on (its night merges the typed table with "
@@ -485,6 +519,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.deletion_vectors and args.state_keys is None:
         parser.error("--deletion-vectors sets the option of the --state-keys pipeline: add --state-keys")
+    if args.nights != 1 and args.state_keys is None:
+        parser.error("--nights runs nights of the --state-keys archive in a row: add --state-keys")
     if args.state_keys is not None:
         _keyed_defaults(parser, args)
     args.formats = "debezium-json,canal-json" if args.formats is None else args.formats
@@ -541,8 +577,12 @@ def main(argv: list[str] | None = None) -> int:
         results = []
         source = None
         if args.state_keys:
-            print(f"{KEYED_FORMAT}: a state of {args.state_keys:,} keys and {args.nightly_events:,} night records")
-            source = keyed_source(spark, args.work, args.state_keys, args.nightly_events, args.deletion_vectors)
+            several = f"{args.nights} nights of " if args.nights > 1 else ""
+            night_records = f"{several}{args.nightly_events:,} night records"
+            print(f"{KEYED_FORMAT}: a state of {args.state_keys:,} keys and {night_records}")
+            source = keyed_source(
+                spark, args.work, args.state_keys, args.nightly_events, args.deletion_vectors, args.nights
+            )
         for fmt in formats:
             print(f"{fmt}: {args.events:,} " + ("records" if source else "row events"), flush=True)
             if args.full_rebuild_from:
@@ -557,20 +597,28 @@ def main(argv: list[str] | None = None) -> int:
                 _with_spark_stages(spark, results[-1], args.spark_stages)
             if args.incremental:
                 results[-1]["incremental"] = incremental = measure_incremental(
-                    spark, args.work, fmt, args.events, results[-1], args.nightly_events, source
+                    spark, args.work, fmt, args.events, results[-1], args.nightly_events, source, args.nights
                 )
+                nights = incremental["nights"]
+                compared = "identical tables" if len(nights) == 1 else f"after night {len(nights)}, identical tables"
                 print(
                     f"  nightly run of {incremental['nightly_records']:,} records onto a state of "
                     f"{incremental['state_keys_before']:,} keys (built from {incremental['state_records_before']:,} "
                     f"records): {incremental['nightly_s']:.1f}s, "
                     f"{incremental['speedup_vs_full']}x faster than the full rebuild, "
                     + (
-                        "identical tables"
+                        compared
                         if incremental["identical_to_full_rebuild"]
                         else f"DIFFERENT tables: {', '.join(incremental['differing_tables'])}"
                     ),
                     flush=True,
                 )
+                for number, night in enumerate(nights[1:], start=2):  # each onto the state the night before built
+                    print(
+                        f"  night {number}: {night['records']:,} records, {night['seconds']:.1f}s, "
+                        f"{night['speedup_vs_full']}x faster than the full rebuild",
+                        flush=True,
+                    )
         reconciliation = None
         if args.reconcile_rows:
             from cdcreplay_lab.benchmark_reconcile import measure_reconcile
@@ -626,7 +674,13 @@ def _keyed_defaults(parser, args) -> None:
         parser.error(
             f"--state-keys must be at least --nightly-events ({nightly:,}): each night record changes a key of its own"
         )
-    args.formats, args.nightly_events, args.events = KEYED_FORMAT, nightly, args.state_keys + nightly
+    if not 1 <= args.nights <= args.state_keys // max(1, nightly):
+        parser.error(
+            f"--nights must be from 1 to --state-keys // --nightly-events ({args.state_keys // max(1, nightly):,}): "
+            "no two nights change the same key"
+        )
+    args.formats, args.nightly_events = KEYED_FORMAT, nightly
+    args.events = args.state_keys + nightly * args.nights
 
 
 if __name__ == "__main__":

@@ -9,19 +9,21 @@ fastest of all, so the full rebuild it is compared with is the shortest any form
 
 - offsets 0..N-1, the first two days: the initial load, one ``ins`` per key ``id`` = offset;
 - the newest M records (offsets N..N+M-1, ``--nightly-events``, default 200,000), on the third day, each on its own
-  key: every tenth record a ``del`` of an existing key, every tenth (shifted by one) an ``ins`` of a new key N + j,
-  the rest an ``upd`` of an existing key. As DTS writes a Shareplex update, ``data`` holds only the changed columns
-  (``amount`` + 1, ``note``) and ``key`` the key column and the changed columns' old values: the nightly run must
-  complete the image from the stored row, the full rebuild from the same key's insert. The existing keys the night
-  touches are spread evenly over 0..N-1 (key j * (N // M) for the night's j-th record), as the simulator's uniformly
-  chosen keys are.
+  key: every tenth record a ``del`` of an existing key, every tenth (shifted by one) an ``ins`` of a new key (its
+  offset), the rest an ``upd`` of an existing key. As DTS writes a Shareplex update, ``data`` holds only the changed
+  columns (``amount`` + 1, ``note``) and ``key`` the key column and the changed columns' old values: the nightly run
+  must complete the image from the stored row, the full rebuild from the same key's insert. The existing keys the
+  night touches are spread evenly over 0..N-1 (key j * (N // M) for the night's j-th record), as the simulator's
+  uniformly chosen keys are;
+- with ``--nights K``, K such nights of M records, one a day (NIGHT_SPACING). Night n (from 0) touches the existing
+  keys j * (N // M) + n, so no two nights change the same key, and at most N // M nights fit.
 
 The order is (scn, trans, seq) = (FIRST_SCN + offset, "0.0.<offset>", 1); ``meta.time`` is the Kafka timestamp.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 FORMAT = "dts-shareplex-json"
@@ -34,6 +36,7 @@ START = datetime(2026, 1, 5, tzinfo=UTC)  # the load spans two days from here, t
 LOAD_SECONDS = 2 * 86_400
 NIGHT_START_SECONDS = LOAD_SECONDS + 3_600
 NIGHT_SECONDS = 20 * 3_600
+NIGHT_SPACING = timedelta(days=1)  # with several nights, night n starts n days after the first
 ROWS_PER_FILE = 500_000
 ARCHIVE_VERSION = 1  # bump when the records written change, so archives written before are written again
 
@@ -43,19 +46,26 @@ def pipeline_settings() -> dict:
     return {"tables": {TABLE_ID: {"primary_key": ["id"], "column_types": dict(COLUMN_TYPES)}}}
 
 
-def write_keyed_archive(spark, folder: Path, keys: int, nightly: int) -> None:
+def write_keyed_archive(spark, folder: Path, keys: int, nightly: int, nights: int = 1) -> None:
     """Write the archive (module docstring) as Parquet with Spark's Kafka-source columns."""
     from pyspark.sql import functions as F
 
     if keys < nightly:
         raise ValueError(f"the night touches {nightly:,} distinct existing keys at most: --state-keys must be >= that")
-    total = keys + nightly
+    stride = keys // nightly  # the existing keys a night touches are this far apart
+    if nights > stride:
+        raise ValueError(
+            f"{nights} nights of {nightly:,} records each change keys no other night changes only up to "
+            f"--state-keys // --nightly-events = {stride} nights: give fewer --nights or more --state-keys"
+        )
+    total = keys + nightly * nights
     offset = F.col("id")
     night = offset >= keys
-    j = offset - keys  # the record's place in the night
+    n = F.floor((offset - keys) / nightly)  # which night
+    j = offset - keys - n * nightly  # the record's place in its night
     kind = F.when(~night, F.lit("load")).when(j % 10 == 0, F.lit("del")).when(j % 10 == 1, F.lit("new"))
     kind = kind.otherwise(F.lit("upd"))
-    row_id = F.when(~night, offset).when(kind == "new", keys + j).otherwise(j * (keys // nightly))
+    row_id = F.when(~night, offset).when(kind == "new", offset).otherwise(j * stride + n)
 
     def loaded_cents(key):
         return (key * 7_919) % 10_000_000 + 100
@@ -80,7 +90,8 @@ def write_keyed_archive(spark, folder: Path, keys: int, nightly: int) -> None:
         "amount": amount(loaded_cents(F.col("_row")) + 100),
         "note": F.lit("changed at night"),
     }
-    seconds = F.when(~night, offset * LOAD_SECONDS / keys).otherwise(NIGHT_START_SECONDS + j * NIGHT_SECONDS / nightly)
+    night_start = NIGHT_START_SECONDS + n * NIGHT_SPACING.total_seconds()
+    seconds = F.when(~night, offset * LOAD_SECONDS / keys).otherwise(night_start + j * NIGHT_SECONDS / nightly)
     meta = F.struct(
         F.date_format("_time", "yyyy-MM-dd'T'HH:mm:ss").alias("time"),
         F.lit(84).alias("userid"),
