@@ -50,6 +50,10 @@ from cdcreplay_lab.benchmark import main
         ),
         (["--incremental", "--state-keys", "1000", "--nightly-events", "0"], "--nightly-events must be at least 1"),
         (
+            ["--incremental", "--no-deletion-vectors"],
+            "--[no-]deletion-vectors sets the option of the --state-keys pipeline: add --state-keys",
+        ),
+        (
             ["--incremental", "--nights", "2"],
             "--nights runs nights of the --state-keys archive in a row: add --state-keys",
         ),

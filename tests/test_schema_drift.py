@@ -13,7 +13,6 @@ import pyarrow.parquet as pq
 from archive_helpers import Record, pipeline_config, write_parquet
 
 from cdcreplay import state_store, typed_tables
-from cdcreplay.delta_tables import CHANGED_KEYS_WRITTEN
 from cdcreplay.entrypoints import EXIT_OK, replay_main
 from cdcreplay.warehouse import PipelinePaths, read_current, read_table
 
@@ -147,8 +146,6 @@ def test_merged_nights_hold_back_what_a_full_rebuild_holds_back(spark, tmp_path,
     published version held rows back (only then can an unchanged row still conflict)."""
     monkeypatch.setattr(state_store, "MAX_MERGE_SHARE", 100)  # each run replays the whole archive: let it merge
     monkeypatch.setattr(typed_tables, "TYPED_MERGE_MIN_ROWS", 0)
-    # ... and, without deletion vectors, written whole with their changed keys applied, as a large table's night is
-    monkeypatch.setattr(typed_tables, "REWRITE_MIN_KEYS_PER_FILE", 0)
     monkeypatch.setattr(typed_tables, "TYPED_MERGE_MAX_SHARE", 100)
     retyped = {**OLD, "v": "int"}
     first = [canal(0, "INSERT", [{"id": "1", "v": "abc", "n": "1"}, {"id": "2", "v": "7", "n": "2"}], OLD)]
@@ -165,7 +162,7 @@ def test_merged_nights_hold_back_what_a_full_rebuild_holds_back(spark, tmp_path,
     assert [r["key"] for r in pq.read_table(summaries[1]["type_conflicts_path"]).to_pylist()] == ['["1"]']
     assert [(r["id"], r["v"]) for r in published(spark, tmp_path)[1]] == [(1, 4), (2, 8), (3, 6)]
     history = spark.sql(f"DESCRIBE HISTORY delta.`{tmp_path}/warehouse/drift/tables/shop.t`").orderBy("version")
-    assert [r.userMetadata or r.operation for r in history.collect()] == ["WRITE"] + [CHANGED_KEYS_WRITTEN] * 3
+    assert [r.userMetadata or r.operation for r in history.collect()] == ["WRITE"] + ["MERGE"] * 3
 
 
 def debezium(offset: int, op: str, after: dict, fields: list[tuple[str, str]]) -> Record:

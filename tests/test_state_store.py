@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from archive_helpers import Record, pipeline_config, write_parquet
+from deltalake import DeltaTable
 from frame_helpers import assert_same_frames
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
@@ -236,8 +237,6 @@ def assert_same_published_tables(spark, root, expected_root) -> None:
 
 def test_nights_merge_until_a_limit_and_publish_what_a_full_rebuild_does(spark, tmp_path, caplog, monkeypatch):
     monkeypatch.setattr(typed_tables, "TYPED_MERGE_MIN_ROWS", 0)  # the typed tables too are merged where the state is
-    # ... and, without deletion vectors, written whole with their changed keys applied, as a large table's night is
-    monkeypatch.setattr(typed_tables, "REWRITE_MIN_KEYS_PER_FILE", 0)
     with caplog.at_level(logging.INFO, logger="cdcreplay.progress"):
         summaries = replay_nights(tmp_path, "nightly", sorted(NIGHTS.items()))
     # night 1 a full rebuild; 2 and 3 merge; 4 truncates: whole; 5 merges onto that; 6 too many changes: whole.
@@ -271,7 +270,7 @@ def test_nights_merge_until_a_limit_and_publish_what_a_full_rebuild_does(spark, 
         .orderBy("version")
         .collect()
     ]
-    assert operations == ["WRITE", CHANGED_KEYS_WRITTEN, CHANGED_KEYS_WRITTEN, CHANGED_KEYS_WRITTEN, "WRITE"]
+    assert operations == ["WRITE", "MERGE", "MERGE", "MERGE", "WRITE"]
 
 
 @pytest.mark.parametrize("keys_per_file", [None, 0], ids=["merged", "written-whole"])
@@ -286,7 +285,9 @@ def test_a_merge_that_would_fold_two_keys_into_one_typed_row_is_written_whole_an
     if keys_per_file is not None:
         monkeypatch.setattr(typed_tables, "REWRITE_MIN_KEYS_PER_FILE", keys_per_file)
     night_2 = [canal(2, "INSERT", [{"id": "01", "v": "a01"}])]
-    replay_nights(tmp_path, "folded", [(1, NIGHTS[1])])
+    # Written whole: the option's rewrite of the files a merge touches, which these keys make every file.
+    extra = "    deletion_vectors: false\n" if keys_per_file is not None else ""
+    replay_nights(tmp_path, "folded", [(1, NIGHTS[1])], extra)
     root = tmp_path / "folded"
     paths = PipelinePaths(str(root / "warehouse"), "p")
     before = read_current(paths)
@@ -299,7 +300,7 @@ def test_a_merge_that_would_fold_two_keys_into_one_typed_row_is_written_whole_an
     assert read_current(paths) == before
     table = str(paths.table_dir("shop.a"))
     history = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").orderBy("version").collect()
-    # merged (one changed key: fewer than REWRITE_MIN_KEYS_PER_FILE for the table's file), written whole, rolled back
+    # merged or written whole with the changed keys applied, then written whole, rolled back
     night = "MERGE" if keys_per_file is None else CHANGED_KEYS_WRITTEN
     assert [r.userMetadata or r.operation for r in history] == ["WRITE", night, "WRITE", "RESTORE"]
     newest = spark.read.format("delta").load(table)
@@ -313,6 +314,53 @@ def test_a_pipeline_that_purges_tombstones_writes_its_state_whole(spark, tmp_pat
         tmp_path, "purging", [(1, NIGHTS[1]), (2, NIGHTS[2])], "    tombstone_retention_days: 30\n"
     )
     assert [s["state_merged"] for s in summaries] == [False, False]
+
+
+def test_a_table_whose_merges_marked_too_many_rows_deleted_is_written_whole_by_the_next_night(
+    spark, tmp_path, caplog, monkeypatch
+):
+    """A merge leaves the rows it replaces in their files, marked deleted. Past MAX_MARKED_SHARE of a table's rows,
+    the next night applies its changed keys by a whole write instead, which leaves no marked row; the state and the
+    tables are still the full rebuild's."""
+    monkeypatch.setattr(typed_tables, "TYPED_MERGE_MIN_ROWS", 0)
+    monkeypatch.setattr(delta_tables, "MAX_MARKED_SHARE", 0.1)
+    with caplog.at_level(logging.INFO, logger="cdcreplay.progress"):
+        summaries = replay_nights(tmp_path, "worn", [(n, NIGHTS[n]) for n in (1, 2, 3)])
+    compacted = [r.getMessage().split(" compacted, ")[1] for r in caplog.records if "compact: done" in r.getMessage()]
+    assert compacted == [
+        "state written whole",
+        "changed keys merged into the state",
+        "changed keys applied, state written whole (too many rows marked deleted)",
+    ]
+    paths = PipelinePaths(str(tmp_path / "worn" / "warehouse"), "p")
+
+    def marked(path) -> list[int | None]:
+        """Each version's rows marked deleted, as the files hold them: the rows in the version's files (read as
+        plain Parquet, so none is skipped) less the rows Delta reads. The checksum files give the same count, or
+        none while the table does not allow deletion vectors."""
+        counts = []
+        for version in range(delta_tables.latest_version(path) + 1):
+            in_files = spark.read.parquet(*DeltaTable(str(path), version=version).file_uris()).count()
+            live = delta_tables.read_version(spark, str(path), version).count()
+            by_checksum = delta_tables.rows_marked_deleted(path, version)
+            assert by_checksum == in_files - live or (by_checksum is None and in_files == live), version
+            counts.append(in_files - live)
+        return counts
+
+    # Night 2 marked the replaced rows of keys 1 and 2 (2 of the state's 11 rows: over 10%); night 3 wrote the state
+    # whole, with none.
+    assert marked(paths.state_dir) == [0, 2, 0]
+    state_history = spark.sql(f"DESCRIBE HISTORY delta.`{paths.state_dir}`").orderBy("version").collect()
+    assert [r.userMetadata for r in state_history] == [None, None, CHANGED_KEYS_WRITTEN]
+    # Table a likewise: night 2's merge marked 2 of its 10 rows, night 3 wrote it whole with its keys applied.
+    table_a = paths.table_dir("shop.a")
+    table_history = spark.sql(f"DESCRIBE HISTORY delta.`{table_a}`").orderBy("version").collect()
+    assert [r.userMetadata or r.operation for r in table_history] == ["WRITE", "MERGE", CHANGED_KEYS_WRITTEN]
+    assert marked(table_a) == [0, 2, 0]
+
+    rebuilt = replay_nights(tmp_path, "rebuilt", [(1, [r for n in (1, 2, 3) for r in NIGHTS[n]])])[0]
+    assert_same_frames(read_state_ref(spark, summaries[-1]["state"]), read_state_ref(spark, rebuilt["state"]))
+    assert_same_published_tables(spark, tmp_path / "worn", tmp_path / "rebuilt")
 
 
 def test_with_one_version_kept_a_nights_reconciliation_still_reads_the_state_it_built_on(spark, tmp_path):

@@ -207,9 +207,10 @@ class PipelineConfig(_Strict):
         default_factory=dict, description="Format options, e.g. canal-json `legacy_swapped: true`."
     )
     deletion_vectors: bool = Field(
-        default=False,
+        default=True,
         description="Published tables a night merges into mark the rows it replaces in Delta deletion vectors instead "
-        "of rewriting their files (a large table's night merge about halves); readers must support deletion vectors.",
+        "of rewriting their files (a large table's night merge about halves); readers must support deletion vectors "
+        "(false: such tables are rewritten, and delta-rs's to_pandas() reads them).",
     )
 
     @field_validator("name")

@@ -28,6 +28,13 @@ DELTA = "delta"
 # (use_deletion_vectors), as they cost readers: delta-rs's Arrow reader (`DeltaTable.to_pyarrow_table()`, `to_pandas()`)
 # refuses a table whose protocol allows them, with or without any in it.
 DELETION_VECTORS = "delta.enableDeletionVectors"
+# A merge with deletion vectors leaves the rows it replaces in their files, marked; every read still reads them and
+# skips them. Night after night they pile up: a 200k-key night marks 4% more of a 5M-row table, so a year of nights
+# would leave the table's files holding ~15 times its rows. A table (the state, a published table) whose marked rows
+# pass this share of its live rows is written whole by its next run, which leaves none (worn_by_merges). The share
+# weighs that night's whole writes (on the 5M-key benchmark ~25 s more than a merging night: state 20, table 4.5)
+# against reading the marked rows (six nights of 4% each did not slow the night measurably): about one night in twelve.
+MAX_MARKED_SHARE = 0.5
 # A vacuum lists every file of the table (seconds, even for a small one). Its retention is at least an hour (below),
 # so while the oldest kept version is younger than that it could only free files removed over an hour before it:
 # those wait for the next run's vacuum, and the runs of a busy hour (backfills, reruns, tests) skip the listing.
@@ -81,6 +88,27 @@ def rows_written(path: Location | str, version: int) -> int | None:
             written = json.loads(line)["commitInfo"].get("operationMetrics", {}).get("numOutputRows")
             return None if written is None else int(written)
     return None
+
+
+def rows_marked_deleted(path: Location | str, version: int) -> int | None:
+    """The rows of the table's version ``version`` that deletion vectors mark deleted: still in its files, read and
+    skipped by every reader. From the version's checksum file (``<version>.crc`` beside the commit: the Delta
+    protocol's optional Version Checksum File, which Delta writes after each commit, with ``numDeletedRecordsOpt``
+    once the table allows deletion vectors): a read of one small file, not a Spark job. None where the file or the
+    count is missing (a table without deletion vectors, a writer that writes no checksum)."""
+    checksum = _log(path) / f"{version:020d}.crc"
+    try:
+        marked = json.loads(checksum.read_text()).get("numDeletedRecordsOpt")
+    except FileNotFoundError:
+        return None
+    return None if marked is None else int(marked)
+
+
+def worn_by_merges(path: Location | str, version: int, live_rows: int) -> bool:
+    """Whether the table's version ``version`` holds more rows marked deleted than MAX_MARKED_SHARE of its
+    ``live_rows``: its next run writes it whole instead of merging into it again (see MAX_MARKED_SHARE)."""
+    marked = rows_marked_deleted(path, version)
+    return marked is not None and marked > live_rows * MAX_MARKED_SHARE
 
 
 def has_commits_after(path: Location | str, version: int) -> bool:
@@ -205,13 +233,28 @@ def rewrite_flagged(rows: DataFrame, path: str, on: tuple[str, ...], flag: str) 
     makes it a full outer join, which cannot be broadcast). This write reads each file once and shuffles nothing. On
     the 5M-row typed table and a 200k-key night, alternating in one JVM: 14.6-16.4 s against 21.0-25.7 s, the same
     rows. Its history shows a WRITE with the user metadata CHANGED_KEYS_WRITTEN."""
-    stored = read_version(rows.sparkSession, path).alias(STORED)
-    kept = stored.join(F.broadcast(rows.select(*on)).alias(CHANGED), F.expr(_same_key(on)), "left_anti")
+    return _rewrite_with(rows.select(*on), rows.filter(F.col(flag)).drop(flag), path, on)
+
+
+def rewrite_replacing(rows: DataFrame, path: str, on: tuple[str, ...], partition_by: tuple[str, ...] = ()) -> int:
+    """What ``replace_rows`` does, as one write of the whole table (partitioned by ``partition_by``, as it is): its
+    rows whose ``on`` columns match no row of ``rows``, then ``rows``; one commit. The new version. ``rows`` must fit
+    a broadcast. The new version's files hold no row marked deleted (worn_by_merges). Its history shows a WRITE with
+    the user metadata CHANGED_KEYS_WRITTEN."""
+    return _rewrite_with(rows.select(*on), rows, path, on, partition_by)
+
+
+def _rewrite_with(
+    keys: DataFrame, written: DataFrame, path: str, on: tuple[str, ...], partition_by: tuple[str, ...] = ()
+) -> int:
+    """Write the table whole: its newest rows whose ``on`` columns match none of ``keys``, then ``written``."""
+    stored = read_version(keys.sparkSession, path).alias(STORED)
+    kept = stored.join(F.broadcast(keys).alias(CHANGED), F.expr(_same_key(on)), "left_anti")
     # The changed rows go to one file of their own: they fit a broadcast, so one task can write them. Written from
     # their many partitions (the state's window), each night added that many small files: the 5M-row table's first
     # night wrote 8 of 22k rows beside its 8 of 600k.
-    written = kept.unionByName(rows.filter(F.col(flag)).drop(flag).coalesce(1))
-    return write_whole(written, path, user_metadata=CHANGED_KEYS_WRITTEN)
+    rows = kept.unionByName(written.coalesce(1))
+    return write_whole(rows, path, partition_by=partition_by, user_metadata=CHANGED_KEYS_WRITTEN)
 
 
 def table_detail(spark: SparkSession, path: str) -> Row:

@@ -240,14 +240,17 @@ def decode_stage(run: PipelineRun, read: ReadSlice, base: BuildBase) -> dict:
 def compact_stage(run: PipelineRun, base: BuildBase, kinds: dict) -> StateCommit:
     """Compact onto the published state: the night's changed keys merged into it, or the state written whole."""
     changes = _read_decoded(run.spark, run.paths, run.spec.run_id, KIND_CHANGE, changelog_only=True)
-    base_patterns = None
+    base_patterns = base_version = None
     if base.state is not None:
-        base_patterns = read_patterns(run.spark, run.paths.patterns_file(base.published["state_version"]))
+        base_version = base.published["state_version"]
+        base_patterns = read_patterns(run.spark, run.paths.patterns_file(base_version))
     retention = run.pipeline.tombstone_retention_days
     committed = commit_state(
-        run.paths.state_dir, base.state, base_patterns, changes, kinds["changelog_rows"], retention
+        run.paths.state_dir, base.state, base_patterns, changes, kinds["changelog_rows"], retention, base_version
     )
     written = "changed keys merged into the state" if committed.merged else "state written whole"
+    if committed.rewritten:
+        written = "changed keys applied, state written whole (too many rows marked deleted)"
     run.clock.lap("compact", kinds["changelog_rows"], unit=f"changes compacted, {written}")
     return committed
 

@@ -13,6 +13,10 @@ A run rewrites the state whole (one overwrite commit) instead when it:
     needs every row);
   - changes more keys than one broadcast join carries (:data:`cdcreplay.compaction.CARRY_OVER_MAX_CHANGES`) or more
     than :data:`MAX_MERGE_SHARE` of the state's rows: then the rewrite costs less than finding the keys.
+A merge leaves the replaced rows in their files, marked deleted; once the nights before marked more than
+:data:`cdcreplay.delta_tables.MAX_MARKED_SHARE` of the state's rows, the run writes the same merged rows by one
+whole write of the state instead (``delta_tables.rewrite_replacing``), which drops the marked rows and the nights'
+small files.
 
 Either is one new version of the state table; the run's pointer (``warehouse.publish``) names it, and the previous
 published version stays readable for the reconciliation and for ``keep_versions``. A run that dies after committing
@@ -52,11 +56,13 @@ MAX_MERGE_SHARE = 0.5
 @dataclass(frozen=True)
 class StateCommit:
     version: int  # the state table's version this run committed
-    merged: bool  # the changed keys' rows were merged (False: the state was written whole)
+    merged: bool  # the changed keys' rows were merged (False: the state was compacted and written whole)
     patterns: DataFrame | None  # the new state's patterns, from the previous ones and the merged rows; None: unknown
     # A merge's rows, the new rows of the keys the run changed: kept (persisted) for the type stage, which merges the
     # same keys into the typed tables; the caller unpersists them (release_merged_rows). None when written whole.
     merged_rows: DataFrame | None = None
+    # A merge written as one whole write of the state (the merged rows, without the rows marked deleted before)
+    rewritten: bool = False
 
     def release_merged_rows(self) -> None:
         if self.merged_rows is not None:
@@ -119,32 +125,36 @@ def commit_state(
     changes: DataFrame,
     change_count: int,
     tombstone_retention_days: int | None,
+    base_version: int | None = None,
 ) -> StateCommit:
     """Commit the run's new state at ``path``: ``changes`` compacted onto ``base_state`` (the published state, read
-    as of its version: a read of the newest version would follow the commits made here; None on a full rebuild),
-    merged or written whole as the module docstring says. ``base_patterns``: the published state's
+    as of its version ``base_version``: a read of the newest version would follow the commits made here; None on a
+    full rebuild), merged or written whole as the module docstring says. ``base_patterns``: the published state's
     patterns (:func:`read_patterns`), from which a merge's patterns are updated."""
-    if (
-        base_state is not None
-        and tombstone_retention_days is None
-        and merge_fits(_rows_of(base_state, base_patterns), change_count)
-        and not truncated_tables(changes)
-    ):
+    # A purge of tombstones needs every row: no merge, and no count of the rows to weigh one against.
+    mergeable = base_state is not None and tombstone_retention_days is None
+    state_rows = _rows_of(base_state, base_patterns) if mergeable else 0
+    if mergeable and merge_fits(state_rows, change_count) and not truncated_tables(changes):
         with changed_rows(base_state, changes) as change:
             rows = with_partition(change.rows).persist()  # merged, its patterns taken, then typed (StateCommit)
             try:
                 rows.count()  # computed once, here: the merge, the patterns and the type stage read the cache
                 broadcast = delta_tables.fits_broadcast(rows)
+                worn = base_version is not None and delta_tables.worn_by_merges(path, base_version, state_rows)
+                rewritten = broadcast and worn
                 # The patterns read only cached rows: their small jobs run beside the replace, on the cores its
                 # commit leaves idle (reading the table's log, planning, committing), not after it.
                 with ThreadPoolExecutor(max_workers=1) as beside:
                     pending = beside.submit(_merged_patterns, base_patterns, change.stored, rows)
-                    version = delta_tables.replace_rows(rows, str(path), STATE_KEY, broadcast=broadcast)
+                    if rewritten:
+                        version = delta_tables.rewrite_replacing(rows, str(path), STATE_KEY, (STATE_PARTITION,))
+                    else:
+                        version = delta_tables.replace_rows(rows, str(path), STATE_KEY, broadcast=broadcast)
                     patterns = pending.result()
             except BaseException:
                 rows.unpersist()
                 raise
-        return StateCommit(version, merged=True, patterns=patterns, merged_rows=rows)
+        return StateCommit(version, merged=True, patterns=patterns, merged_rows=rows, rewritten=rewritten)
     merged = merge_with_state(base_state, changes, change_count)
     version = write_state(purge_tombstones(merged, tombstone_retention_days), path)
     return StateCommit(version, merged=False, patterns=None)

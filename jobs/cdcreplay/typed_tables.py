@@ -4,7 +4,9 @@ Per table, the cheapest write that publishes what a full rebuild would:
 - kept: a table the run did not change, typed as the published version has it, keeps its Delta version (no commit);
 - merged: a large table a night changed a small share of gets its changed keys' rows MERGEd (the state was merged
   too, so its other rows are the published ones); with the pipeline's `deletion_vectors` on, the rows it replaces are
-  marked in deletion vectors, otherwise the files holding them are rewritten;
+  marked in deletion vectors, otherwise the files holding them are rewritten; where those would be every file, or
+  the merges before marked more than ``delta_tables.MAX_MARKED_SHARE`` of its rows deleted, the table is written
+  whole with the changed keys applied instead (``rewrite_flagged``);
 - written whole: every other table, and a merged one whose row count shows two keys folded into one typed row;
 - emptied: a table whose every key is deleted keeps its columns and no rows.
 Live rows whose stored value no longer fits its column's type are held back (``type_conflicts/``) and stay in the
@@ -100,13 +102,22 @@ def type_tables(
             detail = delta_tables.table_detail(spark, path)  # its files and properties, read once
             delta_tables.use_deletion_vectors(spark, path, deletion_vectors, detail)
             broadcast = delta_tables.fits_broadcast(changed)  # typed from the merged rows, which are cached
-            if broadcast and not deletion_vectors and changed.count() >= REWRITE_MIN_KEYS_PER_FILE * detail["numFiles"]:
-                # The merge would rewrite about every file: writing the table whole costs less than its join.
+            spread = not deletion_vectors and changed.count() >= REWRITE_MIN_KEYS_PER_FILE * detail["numFiles"]
+            built_on = published["tables"][table_id]["delta_version"]
+            worn = delta_tables.worn_by_merges(path, built_on, counts[table_id].rows)
+            if broadcast and (spread or worn):
+                # spread: the merge would rewrite about every file, so writing the table whole costs less than its
+                # join; worn: the merges before marked too many of its rows deleted, and a whole write drops them.
                 versions[table_id] = delta_tables.rewrite_flagged(changed, path, on, PUBLISHED)
             else:
                 versions[table_id] = delta_tables.merge_flagged(changed, path, on, PUBLISHED, broadcast=broadcast)
         else:
-            versions[table_id] = delta_tables.write_whole(typed_table(rows, retyped[table_id]), path)
+            # A table a later night may merge into allows deletion vectors from its creation, when the option wants
+            # them: its first merge then needs no commit of its own (use_deletion_vectors). Smaller ones stay
+            # readable by every Delta reader.
+            mergeable = deletion_vectors and counts[table_id].rows >= TYPED_MERGE_MIN_ROWS
+            typed_rows = typed_table(rows, retyped[table_id])
+            versions[table_id] = delta_tables.write_whole(typed_rows, path, deletion_vectors=mergeable)
             # typed_table leaves out exactly the live rows with a type conflict: a write of all of them left none out.
             if delta_tables.rows_written(path, versions[table_id]) == counts[table_id].rows:
                 whole_without_conflicts.add(table_id)

@@ -3,7 +3,7 @@
 cdcreplay benchmark [--events 2000000] [--formats debezium-json,canal-json|all|none] [--master local[2]] [--reconcile]
                    [--incremental [--nightly-events 200000] [--full-rebuild-from result.json
                                                              | --state-keys 5000000 [--nights 1]
-                                                               [--deletion-vectors]]]
+                                                               [--no-deletion-vectors]]]
                    [--reconcile-rows 5000000] [--from-kafka] [--spark-stages]
 
 For each format: the simulator writes a Parquet archive of ``--events`` row events (kept under ``--work`` and reused
@@ -14,7 +14,7 @@ The reference is the hand-written Spark job of shared/environment.md (Debezium J
 ``--reconcile-rows N`` also times the reconciliation of an N-row snapshot against an N-row state
 (``benchmark_reconcile``). ``--incremental --state-keys N`` measures a nightly run onto a state of N keys on an
 archive Spark writes instead of the simulator (``benchmark_keyed``), ``--nights K`` K such nights in a row (each
-onto the state the one before built), ``--deletion-vectors`` with the pipeline's `deletion_vectors` option on.
+onto the state the one before built), ``--no-deletion-vectors`` with the pipeline's `deletion_vectors` option off.
 ``--from-kafka`` also replays each format's archive from a local Kafka broker and reports it beside the archive's row
 (``benchmark_kafka``). ``--spark-stages`` lists each run's slowest Spark stages from Spark's REST API
 (``benchmark_stages``) and keeps all of them in the result.
@@ -83,10 +83,10 @@ def _simulated_pipeline(fmt: str) -> str:
 
 
 def keyed_source(
-    spark, work: Path, keys: int, nightly: int, deletion_vectors: bool = False, nights: int = 1
+    spark, work: Path, keys: int, nightly: int, deletion_vectors: bool | None = None, nights: int = 1
 ) -> ArchiveSource:
     """The ``--state-keys`` archive (``benchmark_keyed``): ``keys`` keys loaded, then ``nights`` nights of ``nightly``
-    records; its pipeline with the `deletion_vectors` option as given."""
+    records; its pipeline with the `deletion_vectors` option as given (None: the option's default)."""
 
     def write(folder: Path) -> str:
         benchmark_keyed.write_keyed_archive(spark, folder, keys, nightly, nights)
@@ -101,7 +101,8 @@ def keyed_source(
     }
     name = f"keyed-{KEYED_FORMAT}-{keys}-{nightly}" + (f"-x{nights}" if nights > 1 else "")
     folder = _written_once(work / "archives" / name, wanted, write)
-    settings = {**benchmark_keyed.pipeline_settings(), **({"deletion_vectors": True} if deletion_vectors else {})}
+    chosen = {} if deletion_vectors is None else {"deletion_vectors": deletion_vectors}
+    settings = {**benchmark_keyed.pipeline_settings(), **chosen}
     return ArchiveSource(folder, settings, KEYED_PIPELINE)
 
 
@@ -493,9 +494,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--deletion-vectors",
-        action="store_true",
-        help="with --state-keys: the pipeline's `deletion_vectors` option on (its night merges the typed table with "
-        "deletion vectors instead of rewriting its files)",
+        action=argparse.BooleanOptionalAction,
+        help="with --state-keys: the pipeline's `deletion_vectors` option (default on, as a pipeline's; off: its night "
+        "rewrites the typed table's files instead of marking the rows it replaces)",
     )
     parser.add_argument(
         "--reconcile-rows",
@@ -517,8 +518,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--result", type=Path, help="JSON result file (default <work>/result-<time>.json)")
     args = parser.parse_args(argv)
-    if args.deletion_vectors and args.state_keys is None:
-        parser.error("--deletion-vectors sets the option of the --state-keys pipeline: add --state-keys")
+    if args.deletion_vectors is not None and args.state_keys is None:
+        parser.error("--[no-]deletion-vectors sets the option of the --state-keys pipeline: add --state-keys")
     if args.nights != 1 and args.state_keys is None:
         parser.error("--nights runs nights of the --state-keys archive in a row: add --state-keys")
     if args.state_keys is not None:
