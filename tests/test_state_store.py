@@ -285,7 +285,8 @@ def test_a_merge_that_would_fold_two_keys_into_one_typed_row_is_written_whole_an
     if keys_per_file is not None:
         monkeypatch.setattr(typed_tables, "REWRITE_MIN_KEYS_PER_FILE", keys_per_file)
     night_2 = [canal(2, "INSERT", [{"id": "01", "v": "a01"}])]
-    # Written whole: the option's rewrite of the files a merge touches, which these keys make every file.
+    # written-whole: without deletion vectors a merge that would rewrite every file (0 keys per file suffice) is a
+    # whole write with the changed keys applied instead
     extra = "    deletion_vectors: false\n" if keys_per_file is not None else ""
     replay_nights(tmp_path, "folded", [(1, NIGHTS[1])], extra)
     root = tmp_path / "folded"
