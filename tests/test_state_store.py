@@ -364,6 +364,19 @@ def test_a_table_whose_merges_marked_too_many_rows_deleted_is_written_whole_by_t
     assert_same_published_tables(spark, tmp_path / "worn", tmp_path / "rebuilt")
 
 
+def test_rows_marked_deleted_come_from_the_versions_checksum_file_or_are_unknown(tmp_path):
+    """A version whose checksum file counts no marked rows (a table without deletion vectors), or has no checksum
+    file (another writer), is never taken for worn: it is merged as before."""
+    log = tmp_path / "_delta_log"
+    log.mkdir()
+    (log / f"{3:020d}.crc").write_text(json.dumps({"numFiles": 2, "numDeletedRecordsOpt": 6}))
+    (log / f"{4:020d}.crc").write_text(json.dumps({"numFiles": 2}))
+    assert [delta_tables.rows_marked_deleted(tmp_path, v) for v in (3, 4, 5)] == [6, None, None]
+    # 6 marked rows pass half of 11 live rows, not half of 12
+    assert delta_tables.worn_by_merges(tmp_path, 3, 11) and not delta_tables.worn_by_merges(tmp_path, 3, 12)
+    assert not delta_tables.worn_by_merges(tmp_path, 4, 0) and not delta_tables.worn_by_merges(tmp_path, 5, 0)
+
+
 def test_with_one_version_kept_a_nights_reconciliation_still_reads_the_state_it_built_on(spark, tmp_path):
     summaries = replay_nights(tmp_path, "one", [(1, NIGHTS[1]), (2, NIGHTS[2])], keep_versions=1)
     versions = [s["version"] for s in summaries]
