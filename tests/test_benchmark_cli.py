@@ -108,6 +108,7 @@ def test_spark_stages_are_placed_in_the_pipeline_stage_they_started_in():
         "pipeline_stage": "decode",
         "stage_id": 3,
         "name": "parquet at decode",
+        "description": None,  # Delta's jobs say what they do ("Delta: Compute snapshot for version: 3")
         "start_s": 3.0,  # submitted 3 s into the run
         "queued_s": 1.25,  # its first task began 1.25 s later (the cores were busy with another job's tasks)
         "wall_s": 27.0,
@@ -119,6 +120,9 @@ def test_spark_stages_are_placed_in_the_pipeline_stage_they_started_in():
         "shuffle_write_mb": 2.0,
     }
     assert rows[2]["queued_s"] is None  # the REST API gives no first task time for a stage that ran none
+    # A night followed by another: only the stages submitted before it ended (42.5 s in) are its own.
+    night = stages_of_run(stages, started, {"read": 2.5, "decode": 30.0, "compact": 10.0}, until=started + 42.5)
+    assert [r["stage_id"] for r in night] == [2, 3, 4]
     table = render_stages(rows, top=2).splitlines()
     assert len(table) == 3 and "parquet at decode" in table[1] and "save at state" in table[2]
     # read 0-2.5 s: stage 2 ran 0.5-2; decode 2.5-32.5: stage 3 ran 3-30 (queue included); compact 32.5-42.5:

@@ -329,10 +329,10 @@ def measure_incremental(
             end = (start + benchmark_keyed.NIGHT_SPACING).isoformat() if night < nights - 1 else None
             run_id = "nightly" if nights == 1 else f"nightly_{night + 1}"
             spec = build_run_spec(config, run_id=run_id, start=start.isoformat(), end=end)
-            began = time.monotonic()
+            started_at, began = time.time(), time.monotonic()
             summary = run_pipeline(spark, config, pipeline, spec)
-            measured.append((summary, round(time.monotonic() - began, 2)))
-    first, first_s = measured[0]
+            measured.append((summary, round(time.monotonic() - began, 2), started_at))
+    first, first_s, _ = measured[0]
     last = measured[-1][0]
     published = {table: (info["path"], info["delta_version"]) for table, info in last.tables.items()}
     differing = differing_tables(spark, published, full)
@@ -348,12 +348,13 @@ def measure_incremental(
         "nightly_stages_s": first.timings_s,
         "nights": [
             {
+                "started_at": started_at,
                 "records": summary.distinct_records,
                 "seconds": seconds,
                 "speedup_vs_full": round(full["seconds"] / seconds, 2),
                 "stages_s": summary.timings_s,
             }
-            for summary, seconds in measured
+            for summary, seconds, started_at in measured
         ],
         "peak_driver_jvm_mb": memory.peak_jvm_mb,
         "identical_to_full_rebuild": not differing,
@@ -565,11 +566,10 @@ def main(argv: list[str] | None = None) -> int:
     from cdcreplay.spark import build_session
 
     args.work.mkdir(parents=True, exist_ok=True)
-    spark = build_session(
-        "cdcreplay-benchmark",
-        master=args.master,
-        extra={"spark.driver.memory": args.driver_memory, "spark.sql.shuffle.partitions": "8"},
-    )
+    extra = {"spark.driver.memory": args.driver_memory, "spark.sql.shuffle.partitions": "8"}
+    if args.spark_stages:  # the UI keeps the last 1,000 stages; a rebuild, its history run and six nights make more
+        extra["spark.ui.retainedStages"] = extra["spark.ui.retainedJobs"] = "20000"
+    spark = build_session("cdcreplay-benchmark", master=args.master, extra=extra)
     from cdcreplay.progress import show_on_console
 
     show_on_console("[benchmark]")  # run_pipeline's stage lines as a bar (plain lines when not a terminal)
@@ -620,6 +620,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"{night['speedup_vs_full']}x faster than the full rebuild",
                         flush=True,
                     )
+                for number, night in enumerate(nights, start=1):
+                    _with_spark_stages(spark, night, args.spark_stages, f"night {number}")
         reconciliation = None
         if args.reconcile_rows:
             from cdcreplay_lab.benchmark_reconcile import measure_reconcile
@@ -647,14 +649,18 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _with_spark_stages(spark, result: dict, wanted: bool) -> None:
-    """With ``--spark-stages``: the run's Spark stages into ``result``, the slowest printed."""
+def _with_spark_stages(spark, result: dict, wanted: bool, night: str | None = None) -> None:
+    """With ``--spark-stages``: the run's Spark stages into ``result`` (a full rebuild's, or one ``night``'s: the
+    stages submitted while it ran), the slowest printed."""
     if not wanted:
         return
     from cdcreplay_lab.benchmark_stages import completed_stages, driver_only_seconds, render_stages, stages_of_run
 
-    result["spark_stages"] = stages_of_run(completed_stages(spark), result["started_at"], result["stages_s"])
+    until = result["started_at"] + result["seconds"] if night else None
+    result["spark_stages"] = stages_of_run(completed_stages(spark), result["started_at"], result["stages_s"], until)
     result["driver_only_s"] = driver_only_seconds(result["spark_stages"], result["stages_s"])
+    if night:
+        print(f"  {night}'s Spark stages:", flush=True)
     print(render_stages(result["spark_stages"]), flush=True)
     driver_only = ", ".join(f"{stage} {seconds:.1f}" for stage, seconds in result["driver_only_s"].items())
     print(f"  seconds without a Spark stage running (the driver's own work): {driver_only}", flush=True)

@@ -34,9 +34,12 @@ def completed_stages(spark) -> list[dict]:
         return json.load(response)
 
 
-def stages_of_run(stages: list[dict], started: float, timings: dict[str, float]) -> list[dict]:
-    """The stages submitted after ``started`` (seconds since the epoch), each with the pipeline stage it started in
-    (``timings``: the run's seconds per pipeline stage, in order), in the order they were submitted."""
+def stages_of_run(
+    stages: list[dict], started: float, timings: dict[str, float], until: float | None = None
+) -> list[dict]:
+    """The stages submitted after ``started`` (seconds since the epoch; and before ``until`` where given: a night
+    followed by another), each with the pipeline stage it started in (``timings``: the run's seconds per pipeline
+    stage, in order), in the order they were submitted."""
     bounds, at = [], started
     for name, seconds in timings.items():
         bounds.append((name, at, at + seconds))
@@ -48,7 +51,7 @@ def stages_of_run(stages: list[dict], started: float, timings: dict[str, float])
     rows = []
     for stage in stages:
         submitted = _seconds(stage["submissionTime"])
-        if submitted < started:
+        if submitted < started or (until is not None and submitted >= until):
             continue
         first_task = stage.get("firstTaskLaunchedTime")
         rows.append(
@@ -56,6 +59,7 @@ def stages_of_run(stages: list[dict], started: float, timings: dict[str, float])
                 "pipeline_stage": pipeline_stage(submitted),
                 "stage_id": stage["stageId"],
                 "name": stage["name"],
+                "description": stage.get("description"),  # what Delta says its jobs do ("Delta: ..."), when set
                 "start_s": round(submitted - started, 2),
                 "queued_s": round(_seconds(first_task) - submitted, 2) if first_task else None,
                 "wall_s": round(_seconds(stage["completionTime"]) - submitted, 2),
@@ -100,6 +104,6 @@ def render_stages(rows: list[dict], top: int = 12) -> str:
         lines.append(
             f"  {row['stage_id']:>5} {row['pipeline_stage']:8} {row['start_s']:>7.1f} {row['wall_s']:>7.1f} "
             f"{row['task_s']:>7.1f} {row['cpu_s']:>6.1f} {row['gc_s']:>5.1f} {row['tasks']:>5} "
-            f"{row['shuffle_write_mb']:>10.1f}  {row['name'][:60]}"
+            f"{row['shuffle_write_mb']:>10.1f}  {(row['description'] or row['name'])[:60]}"
         )
     return "\n".join(lines)
