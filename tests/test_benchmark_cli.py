@@ -78,8 +78,11 @@ def test_bad_arguments_are_refused_with_a_message(argv, message, capsys, tmp_pat
 def test_spark_stages_are_placed_in_the_pipeline_stage_they_started_in():
     from cdcreplay_lab.benchmark_stages import driver_only_seconds, render_stages, stages_of_run
 
-    def stage(stage_id: int, submitted: str, completed: str, run_ms: int, name: str, first_task: str = "") -> dict:
+    def stage(
+        stage_id: int, submitted: str, completed: str, run_ms: int, name: str, first_task: str = "", **more
+    ) -> dict:
         return {
+            **more,
             "stageId": stage_id,
             "name": name,
             "submissionTime": f"2026-11-27T01:00:{submitted}GMT",
@@ -97,7 +100,7 @@ def test_spark_stages_are_placed_in_the_pipeline_stage_they_started_in():
         stage(1, "05.000", "06.000", 900, "collect before the run"),
         stage(2, "10.500", "12.000", 2_000, "collect at archive.py"),
         stage(3, "13.000", "40.000", 50_000, "parquet at decode", first_task="14.250"),
-        stage(4, "45.000", "50.000", 9_000, "save at state"),
+        stage(4, "45.000", "50.000", 9_000, "save at state", description="Delta: Writing modified data"),
         stage(5, "59.000", "59.500", 400, "after the run"),
     ]
     rows = stages_of_run(stages, started, {"read": 2.5, "decode": 30.0, "compact": 10.0})
@@ -124,7 +127,8 @@ def test_spark_stages_are_placed_in_the_pipeline_stage_they_started_in():
     night = stages_of_run(stages, started, {"read": 2.5, "decode": 30.0, "compact": 10.0}, until=started + 42.5)
     assert [r["stage_id"] for r in night] == [2, 3, 4]
     table = render_stages(rows, top=2).splitlines()
-    assert len(table) == 3 and "parquet at decode" in table[1] and "save at state" in table[2]
+    # a stage is named by its job's description where one is set (Delta's are), else by its call site
+    assert len(table) == 3 and "parquet at decode" in table[1] and "Delta: Writing modified data" in table[2]
     # read 0-2.5 s: stage 2 ran 0.5-2; decode 2.5-32.5: stage 3 ran 3-30 (queue included); compact 32.5-42.5:
     # stage 4 ran 35-40 and a stage overlapping it (36-41) adds only its last second.
     overlapping = {**rows[2], "stage_id": 6, "start_s": 36.0, "wall_s": 5.0}
