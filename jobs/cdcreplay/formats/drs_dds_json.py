@@ -58,7 +58,6 @@ from cdcreplay.formats.python_rows import (
     RECORD_COLUMNS,
     DecodeError,
     RawRecord,
-    _arrow_entry,
     _entry_arrow_type,
     control_entry,
     quarantine_entry,
@@ -370,7 +369,7 @@ def _parse_batches(arrow_entries):
                     *(columns[name][index] for name in RECORD_COLUMNS[:-1]),
                     tuple((h["key"], h["value"]) for h in columns["headers"][index] or ()),
                 )
-                entries.append([_arrow_entry(e) for e in safe_decode(parse_message, record)])
+                entries.append(safe_decode(parse_message, record))  # maps as dicts: pyarrow builds them
             yield pa.RecordBatch.from_arrays(
                 [batch.column(name) for name in RAW] + [pa.array(entries, type=arrow_entries)],
                 names=[*RAW, "entries"],
@@ -391,7 +390,7 @@ def _fold_batches(arrow_entries):
         for row, entries in fold_rows(rows()):
             for name in RAW:
                 out[name].append(row[name])
-            out["entries"].append([_arrow_entry(e) for e in entries])
+            out["entries"].append(list(entries))
             if len(out["offset"]) >= 2048:
                 yield _batch(pa, out, arrow_entries)
                 out = {name: [] for name in out}

@@ -163,15 +163,6 @@ def _entry_arrow_type():
     return to_arrow_type(ArrayType(S.struct_type(ENTRY_DDL)), timezone="UTC")
 
 
-def _arrow_entry(entry: dict) -> dict:
-    """An entry dict with its maps as lists of pairs, as pyarrow builds map values."""
-    converted = dict(entry)
-    for name in ("key_image", "after", "before", "column_types"):
-        if converted.get(name) is not None:
-            converted[name] = list(converted[name].items())
-    return converted
-
-
 def decode_with_python(
     records: DataFrame,
     decode_record: Callable[..., list[dict]],

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import dataclass
 from functools import lru_cache
 
 from pyspark.sql import Column, DataFrame
@@ -178,20 +179,53 @@ def _image(image) -> dict | None:
     return None if image is None else {column: avro_text(value) for column, value in image.items()}
 
 
-def _data_message(record: RawRecord, schema, body_record: dict, md: QlikMetadata | None) -> DataMessage:
+@dataclass(frozen=True)
+class SelfDescribed:
+    """What a data record's own Avro schema says when no metadata message describes it: the record's namespace
+    names the table (``schema`` None when it does not follow Replicate's naming), the field order gives the ordinals,
+    the Avro types give the value types."""
+
+    schema: str | None
+    table: str | None
+    ordinals: dict[str, int]
+    column_types: dict[str, str]
+
+
+def _self_described(schema) -> SelfDescribed:
     name, fields = _record_fields(schema)
+    match = DATA_NAMESPACE.match((name or "").rsplit(".", 1)[0])
+    return SelfDescribed(
+        match["schema"] if match else None,
+        match["table"] if match else None,
+        {f["name"]: i for i, f in enumerate(fields, 1)},
+        {f["name"]: _avro_spark_type(f["type"]) for f in fields},
+    )
+
+
+# Parsed schemas are cached objects (``parsed_schema``, the registry's), so a schema's identity names it: its layout
+# is worked out once per schema, not once per message. The schema is kept beside its layout so that its id is not
+# reused while the entry lives.
+_LAYOUTS: dict[int, tuple[object, SelfDescribed]] = {}
+
+
+def self_described(schema) -> SelfDescribed:
+    found = _LAYOUTS.get(id(schema))
+    if found is None or found[0] is not schema:
+        if len(_LAYOUTS) >= 1024:
+            _LAYOUTS.clear()
+        found = _LAYOUTS[id(schema)] = (schema, _self_described(schema))
+    return found[1]
+
+
+def _data_message(record: RawRecord, schema, body_record: dict, md: QlikMetadata | None) -> DataMessage:
+    layout = self_described(schema)  # also checks that the record has its `data` field
     headers = _plain(body_record.get("headers")) or {}
     if md is not None:
         schema_name, table = md.schema, md.table
         ordinals, types, keys = md.ordinals, md.spark_types, md.key_columns or None
     else:
-        # Self-describing: the record's namespace names the table; its field order gives the ordinals.
-        namespace = (name or "").rsplit(".", 1)[0]
-        match = DATA_NAMESPACE.match(namespace)
-        schema_name, table = (match["schema"], match["table"]) if match else (None, record.topic)
-        ordinals = {f["name"]: i for i, f in enumerate(fields, 1)}
-        types = {f["name"]: _avro_spark_type(f["type"]) for f in fields}
-        keys = None
+        schema_name, table = layout.schema, layout.table or record.topic
+        ordinals, types, keys = layout.ordinals, layout.column_types, None
     return DataMessage(
         data=_image(body_record.get("data")),
         before=_image(body_record.get("beforeData")),

@@ -45,6 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
+from functools import cached_property
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -103,16 +104,18 @@ class QlikMetadata:
     topic: str
     timestamp: datetime | None
 
-    @property
+    # Computed once per metadata message, not once per data message: every data message of the table version
+    # shares them, and no reader changes them.
+    @cached_property
     def key_columns(self) -> list[str]:
         keyed = sorted((c for c in self.columns if c.key_position > 0), key=lambda c: c.key_position)
         return [c.name for c in keyed]
 
-    @property
+    @cached_property
     def ordinals(self) -> dict[str, int]:
         return {c.name: c.ordinal for c in self.columns}
 
-    @property
+    @cached_property
     def spark_types(self) -> dict[str, str]:
         return {c.name: qlik_type_to_spark(c.qlik_type, c.precision, c.scale) for c in self.columns}
 
@@ -303,10 +306,12 @@ def json_text(value, spark_type: str, column: str) -> str | None:
 
 def avro_text(value) -> str | None:
     """A decoded Avro value -> canonical text. Timestamps are Replicate's zoneless DATETIME: rendered as UTC."""
-    if value is None:
-        return None
+    if value is None or type(value) is str:  # most values: text, as the column's value already
+        return value
     if isinstance(value, bool):
         return "true" if value else "false"
+    if type(value) is int:
+        return str(value)
     if isinstance(value, Decimal):
         return format(value, "f")
     if isinstance(value, float):
