@@ -486,6 +486,36 @@ def test_a_self_describing_avro_message_without_metadata(spark, tmp_path):
     assert dict(row.column_types) == {"ID": "int", "NAME": "string", "PAY": "decimal(9,2)", "HIRED": "timestamp_ntz"}
 
 
+def test_self_describing_messages_of_two_tables_each_keep_their_own_layout(spark, tmp_path):
+    """A schema's layout (table, ordinals, types) is worked out once per schema: messages of two schemas, interleaved
+    in one batch, still get each their own table, types and column mask."""
+    other = data_schema([("CODE", "string"), ("ID", "long")])  # another table, its key in the second field
+    other["namespace"] = "com.attunity.queue.msg.srv.HR.DEPT"
+    other["fields"][1]["type"] = ["null", f"{other['namespace']}.Data"]
+    other_text = json.dumps(other)
+
+    def dept(sequence: str, mask: bytes) -> bytes:
+        headers = {"operation": "INSERT", "changeSequence": sequence, "columnMask": mask, "transactionEventCounter": 1}
+        return avro(other, {"data": {"CODE": "D1", "ID": 7}, "beforeData": None, "headers": headers})
+
+    emp = data_record("INSERT", ROW, seq(1), b"\x0d")  # ordinals 1, 3, 4: NAME not captured
+    records = [
+        Record("t", 0, 0, envelope("DT", emp, schema_text=SCHEMA_TEXT)),
+        Record("t", 0, 1, envelope("DT", dept(seq(2), b"\x02"), schema_text=other_text)),  # ordinal 2 only: ID
+        Record("t", 0, 2, envelope("DT", emp, schema_text=SCHEMA_TEXT)),
+    ]
+    tables = {"HR.EMP": {"primary_key": ["ID"]}, "HR.DEPT": {"primary_key": ["ID"]}}
+    got = {r.offset: r for r in decode(spark, tmp_path, records, pipeline("qlik-avro", tables)).collect()}
+    for offset in (0, 2):
+        assert (got[offset].table_id, dict(got[offset].after)) == (
+            "HR.EMP",
+            {"ID": "1", "PAY": "1234.50", "HIRED": "2025-03-04 05:06:07.890123"},
+        )
+        assert dict(got[offset].column_types)["PAY"] == "decimal(9,2)"
+    assert (got[1].table_id, got[1].key, dict(got[1].after)) == ("HR.DEPT", '["7"]', {"ID": "7"})
+    assert dict(got[1].column_types) == {"CODE": "string", "ID": "bigint"}
+
+
 def test_confluent_framed_data_records_and_unknown_ids(spark, tmp_path):
     registry = tmp_path / "registry"
     registry.mkdir()

@@ -203,14 +203,14 @@ def _self_described(schema) -> SelfDescribed:
 
 
 # Parsed schemas are cached objects (``parsed_schema``, the registry's), so a schema's identity names it: its layout
-# is worked out once per schema, not once per message. The schema is kept beside its layout so that its id is not
-# reused while the entry lives.
+# is worked out once per schema, not once per message. Each entry holds its schema, so no other object can take that
+# id while the entry lives.
 _LAYOUTS: dict[int, tuple[object, SelfDescribed]] = {}
 
 
 def self_described(schema) -> SelfDescribed:
     found = _LAYOUTS.get(id(schema))
-    if found is None or found[0] is not schema:
+    if found is None:
         if len(_LAYOUTS) >= 1024:
             _LAYOUTS.clear()
         found = _LAYOUTS[id(schema)] = (schema, _self_described(schema))
