@@ -390,7 +390,7 @@ def _fold_batches(arrow_entries):
         for row, entries in fold_rows(rows()):
             for name in RAW:
                 out[name].append(row[name])
-            out["entries"].append(list(entries))
+            out["entries"].append(entries)
             if len(out["offset"]) >= 2048:
                 yield _batch(pa, out, arrow_entries)
                 out = {name: [] for name in out}
