@@ -101,3 +101,40 @@ def sample(folder: str, name: str) -> str:
     """A vendor doc sample (pretty-printed JSON) as the compact text a Kafka value would hold."""
     document = json.loads((CONFORMANCE / "vendor-doc-samples" / folder / name).read_text(encoding="utf-8"))
     return json.dumps(document, ensure_ascii=False)
+
+
+DATAWORKS_COLUMNS = [
+    {"name": "id", "type": "LONG"},
+    {"name": "name", "type": "STRING"},
+    {"name": "price", "type": "STRING"},
+    {"name": "born", "type": "DATE"},
+    {"name": "seen", "type": "DATE"},
+    {"name": "blob", "type": "BYTES"},
+    {"name": "ok", "type": "BOOLEAN"},
+    {"name": "score", "type": "DOUBLE"},
+]
+
+
+def dataworks(
+    op: str, sequence: str | None, after=None, before=None, keys=("id",), columns=DATAWORKS_COLUMNS, **payload
+) -> str:
+    """A DataWorks message of table shop.items; ``payload`` fields replace the payload's."""
+    return json.dumps(
+        {
+            "schema": {
+                "dataColumn": columns,
+                "primaryKey": list(keys) if keys else None,
+                "source": {"dbType": "MySQL", "dbName": "shop", "tableName": "items"},
+            },
+            "payload": {
+                "before": {"dataColumn": before} if before is not None else None,
+                "after": {"dataColumn": after} if after is not None else None,
+                "sequenceId": sequence,
+                "timestamp": {"eventTime": 1620457896000, "systemTime": 1620457896977, "checkpointTime": 1620457896000},
+                "op": op,
+                "ddl": None,
+            }
+            | payload,
+            "version": "1.0.0",
+        }
+    )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from alibaba_helpers import MIO_LOG, decode_values, golden, pipeline, rows, sample
+from alibaba_helpers import MIO_LOG, dataworks, decode_values, golden, pipeline, rows, sample
 from archive_helpers import Record
 from pyspark.sql import functions as F
 
@@ -328,39 +328,7 @@ DATAWORKS_SAMPLES = [
     "05-update-single-message-UPDATE_AFTER-with-before.json",
     "06-delete.json",
 ]
-COLUMNS = [
-    {"name": "id", "type": "LONG"},
-    {"name": "name", "type": "STRING"},
-    {"name": "price", "type": "STRING"},
-    {"name": "born", "type": "DATE"},
-    {"name": "seen", "type": "DATE"},
-    {"name": "blob", "type": "BYTES"},
-    {"name": "ok", "type": "BOOLEAN"},
-    {"name": "score", "type": "DOUBLE"},
-]
 ITEM_TYPES = {"price": "decimal(5,2)", "born": "date"}
-
-
-def dataworks(op: str, sequence: str | None, after=None, before=None, keys=("id",), **payload) -> str:
-    return json.dumps(
-        {
-            "schema": {
-                "dataColumn": COLUMNS,
-                "primaryKey": list(keys) if keys else None,
-                "source": {"dbType": "MySQL", "dbName": "shop", "tableName": "items"},
-            },
-            "payload": {
-                "before": {"dataColumn": before} if before is not None else None,
-                "after": {"dataColumn": after} if after is not None else None,
-                "sequenceId": sequence,
-                "timestamp": {"eventTime": 1620457896000, "systemTime": 1620457896977, "checkpointTime": 1620457896000},
-                "op": op,
-                "ddl": None,
-            }
-            | payload,
-            "version": "1.0.0",
-        }
-    )
 
 
 def item(id_: int, name: str = "n", **values) -> dict:

@@ -48,6 +48,7 @@ pytestmark = pytest.mark.timeout(600)
 # A format read another way is fuzzed as a case of its own: the name, then the format and the options it forces.
 READERS = {
     "canal-json:reader=spark": ("canal-json", {"reader": "spark"}),
+    "dataworks-json:reader=spark": ("dataworks-json", {"reader": "spark"}),
     "debezium-json:reader=spark": ("debezium-json", {"reader": "spark"}),
     "dts-shareplex-json:reader=spark": ("dts-shareplex-json", {"reader": "spark"}),
     "drs-json-mysql:reader=spark": ("drs-json-mysql", {"reader": "spark"}),

@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 from cdcreplay.config import PipelineConfig
 from cdcreplay.formats import (
     canal_json,
+    dataworks_json,
     debezium_avro,
     debezium_json,
     debezium_native,
@@ -284,6 +285,7 @@ READER_CASES = [  # (options.reader, the run's records (or where they stand to t
 THRESHOLDS = {
     debezium_json: N.NATIVE_MIN_RECORDS,
     canal_json: N.NATIVE_MIN_RECORDS,
+    dataworks_json: dataworks_json.NATIVE_MIN_RECORDS,
     drs_json_mysql: N.NATIVE_MIN_RECORDS,
     dts_shareplex_json: dts_shareplex_json.NATIVE_MIN_RECORDS,
     debezium_avro: debezium_avro.AVRO_NATIVE_MIN_RECORDS,

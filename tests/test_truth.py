@@ -155,7 +155,9 @@ def test_nightly_incremental_runs_equal_the_truth_and_reruns_change_nothing(spar
     assert_equals_truth(spark, history, tmp)
 
 
-@pytest.mark.parametrize("fmt", ["debezium-json", "debezium-avro", "dts-shareplex-json", "drs-json-c"])
+@pytest.mark.parametrize(
+    "fmt", ["debezium-json", "debezium-avro", "dts-shareplex-json", "drs-json-c", "dataworks-json"]
+)
 def test_native_reader_replays_to_the_truth(spark, tmp_path, fmt):
     """``options.reader: spark`` (Spark's JSON reader, ``from_avro``): the job's two-pass decode (native rows, then the
     flagged records in Python) publishes the true final state, and the flagged records are only those the native

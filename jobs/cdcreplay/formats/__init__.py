@@ -109,6 +109,14 @@ REGISTRY: dict[str, FormatSpec] = {
                 "time zone DataWorks turned DATE/DATETIME wall clocks into epoch ms in, e.g. +08:00 or "
                 "Asia/Shanghai (default UTC)",
             ),
+            "reader": FormatOption(
+                "choice",
+                "auto (default), spark or python: spark has Spark's JSON reader decode the inserts, deletes and "
+                "transaction messages it can render exactly and Python the rest, python decodes every record in "
+                "Python, auto is spark for a run of at least 700,000 records and python below (the same rows "
+                "either way)",
+                ("auto", "python", "spark"),
+            ),
         },
     ),
     "drs-json-mysql": FormatSpec(

@@ -1,6 +1,7 @@
 """Alibaba DataWorks "Kafka message format" (docs/format-spec.md section b). Decoded in Python (``python_rows``): one
 JSON parse per message, read as Spark's from_json read it (``from_json_in_python``); the update pairs are found in
-Spark.
+Spark. With ``options.reader`` spark (auto: from 700,000 records) Spark's JSON reader decodes the inserts, deletes and
+transaction messages ``dataworks_native`` vouches for, and this decoder the rest.
 
 A message is ``{schema: {dataColumn: [{name, type}], primaryKey, source: {dbName, schemaName, tableName}},
 payload: {before: {dataColumn: {...}}, after: {dataColumn: {...}}, sequenceId, op, timestamp: {eventTime, ...},
@@ -37,7 +38,6 @@ declared ones, as for every format.
 
 from __future__ import annotations
 
-import re
 import zoneinfo
 from collections.abc import Iterator
 from datetime import datetime
@@ -48,7 +48,18 @@ from pyspark.sql import functions as F
 
 from cdcreplay import schema as S
 from cdcreplay.config import ConfigError, PipelineConfig
+from cdcreplay.formats import dataworks_native
 from cdcreplay.formats.common import COORDINATES
+from cdcreplay.formats.envelopes.dataworks_message import (
+    AFTER_OP,
+    BEFORE_OP,
+    DDL_OPS,
+    FORMAT_ID,  # noqa: F401 (every format module names its format)
+    OFFSET_ZONE,
+    ROW_ID,
+    TRANSACTION_OPS,
+    declared_type,
+)
 from cdcreplay.formats.python_rows import (
     RECORD_COLUMNS,
     DecodeError,
@@ -75,26 +86,13 @@ from cdcreplay.formats.wire.from_json_in_python import (
     texts_of,
 )
 from cdcreplay.formats.wire.json_reader import AS_SPARK_READ, not_json, read_object
+from cdcreplay.formats.wire.native_json import decode_by_reader, reader_chooses_native, sample_rate
 
-FORMAT_ID = "dataworks-json"
 JSON_READING = AS_SPARK_READ  # how its messages' JSON is read (``json_reader``)
-ROW_ID = "#alibaba_rds_row_id#"
-BEFORE_OP, AFTER_OP = "UPDATE_BEFOR", "UPDATE_AFTER"
-DDL_OPS = ("CREATE", "ALTER", "ERASE", "QUERY", "RENAME", "CINDEX", "DINDEX")
-TRANSACTION_OPS = ("TRANSACTION_BEGIN", "TRANSACTION_END", "GTID", "XACOMMIT", "XAROLLBACK")
-DATAWORKS_TYPES = {
-    "LONG": "bigint",
-    "DOUBLE": "double",
-    "BOOLEAN": "boolean",
-    "STRING": "string",
-    "BYTES": "binary",
-    "DATE": "timestamp_ntz",
-}
 PARTNER = "struct<image: map<string,string>, partition: int, offset: bigint>"
 PAIR_DDL = (
     "topic string, partition int, offset bigint, table_id string, sequence string, op string, image map<string,string>"
 )
-OFFSET_ZONE = re.compile(r"^[+-]\d{2}:\d{2}$")
 # The pair stage's Arrow columns hold UTF-8 text, but a JSON escape can put a lone UTF-16 surrogate into a table name,
 # a sequenceId or a before image (the record that writes it into its decoded row is quarantined `not_utf8`). Such a
 # string -- and, to stay unambiguous, one that starts with the marker -- crosses the stage as the marker and the hex of
@@ -142,8 +140,7 @@ class _Message:
         text(document.get("version"))
         # The declared types: unknown names are kept as string.
         self.declared = {
-            column["name"]: DATAWORKS_TYPES.get(column["type"].upper() if column["type"] is not None else None)
-            or "string"
+            column["name"]: declared_type(column["type"])
             for column in columns
             if column is not None and column["name"] is not None
         }
@@ -416,7 +413,7 @@ def _with_partners(records: DataFrame) -> DataFrame:
     return updates.select(*RECORD_COLUMNS, "before_partner", "after_partner").unionByName(others)
 
 
-def decode(records: DataFrame, pipeline: PipelineConfig, *, base_state: DataFrame | None = None) -> DataFrame:
+def decode_in_python(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
     zone = zone_of(time_zone_of(pipeline))
     configured = Routing.of(pipeline)  # the keys and types the config declares, as routing applies them
     settings = (configured.keys, configured.types, zone)
@@ -424,3 +421,27 @@ def decode(records: DataFrame, pipeline: PipelineConfig, *, base_state: DataFram
     return decode_with_python(
         partnered, partial(decode_record, settings), pipeline, context_columns=("before_partner", "after_partner")
     )
+
+
+# `reader: auto` decodes natively from this many records on. Measured on 2 cores (docs/benchmarks.md, forty-eighth
+# session), the decode stage of the simulator's archives: native 39.0-40.1 s against 31.4-32.9 s in Python at 296,554
+# records (fresh JVMs), 180.7 s against 224.4 s at 2,968,725: the two cross near 700,000.
+NATIVE_MIN_RECORDS = 700_000
+
+
+def reads_natively(pipeline: PipelineConfig, record_count: int | None = None) -> bool:
+    """Whether Spark's JSON reader decodes what ``dataworks_native`` vouches for, the Python decoder the rest
+    (``native_json.reader_chooses_native``)."""
+    return reader_chooses_native(pipeline, record_count, NATIVE_MIN_RECORDS)
+
+
+def decode_natively(records: DataFrame, pipeline: PipelineConfig, record_count: int | None = None) -> DataFrame | None:
+    """Every record with its native decoding and the ``native`` flag (``native_json``), or None when no table version
+    of the sampled row changes has a native plan (then every record goes to Python without a parse for nothing)."""
+    zone = time_zone_of(pipeline)
+    plans = dataworks_native.table_plans(records, pipeline, zone, sample_rate(record_count))
+    return dataworks_native.native_rows(records, pipeline, plans, zone) if plans else None
+
+
+def decode(records: DataFrame, pipeline: PipelineConfig, *, base_state: DataFrame | None = None) -> DataFrame:
+    return decode_by_reader(records, pipeline, reads_natively, decode_natively, decode_in_python)

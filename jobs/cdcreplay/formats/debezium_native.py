@@ -351,7 +351,7 @@ def _key_columns(key_text: Column) -> tuple[Column, Column]:
     return columns, F.coalesce(ok, F.lit(False))
 
 
-def _key_text(image: Column, key_columns: Column) -> Column:
+def key_text(image: Column, key_columns: Column) -> Column:
     """The key as ``routing.key_text`` writes it (a JSON array of texts), or NULL when a key value is missing."""
     candidates = [F.try_element_at(image, F.try_element_at(key_columns, F.lit(i + 1))) for i in range(MAX_KEY_COLUMNS)]
     values = F.slice(F.array(*candidates), 1, F.size(key_columns))
@@ -524,7 +524,7 @@ def change_rows(
         detail.alias("detail"),
     )
     after, before = F.col("_after.image"), F.col("_before.image")
-    key = _key_text(F.when(F.col("_is_delete"), before).otherwise(after), F.col("key_columns"))
+    key = key_text(F.when(F.col("_is_delete"), before).otherwise(after), F.col("key_columns"))
     vouched = F.col("_envelope_ok") & F.col("_after.ok") & F.col("_before.ok") & key.isNotNull()
     row = N.changelog_row(
         format_id,

@@ -110,21 +110,21 @@ def table_plans(records: DataFrame, pipeline: PipelineConfig, every: int = 1) ->
 # --- per-plan expressions ----------------------------------------------------------------------------------------
 
 
-def _values_text(image: Column, names: list[str]) -> Column:
-    """The values of ``names`` in ``image`` joined by COLUMN_SEPARATOR, an absent or null value as NULL_MARK."""
-    return F.concat_ws(COLUMN_SEPARATOR, *[F.coalesce(image[name], F.lit(NULL_MARK)) for name in names])
-
-
-def _values_pattern(plan: TablePlan) -> str:
-    """What :func:`_values_text` of the plan's checked columns must match: each value of its form, or absent/null
-    (a key value's presence is checked on the row's key image)."""
-    columns = [f"(?:{plan.form(name)}|{NULL_MARK})" for name in plan.checked]
-    return "^" + COLUMN_SEPARATOR.join(columns) + "\\z"  # \z: Java's $ also matches before a final line break
+def values_ok(image: Column, forms: list[tuple[str, str]]) -> Column:
+    """Every value ``image`` holds for the named columns matches its form (a regular expression of ``native_forms``),
+    or is absent or null (an absent image: nothing to check). ``forms``: (column, form) pairs. The values are joined
+    by COLUMN_SEPARATOR, an absent or null one as NULL_MARK, and matched by one expression."""
+    if not forms:
+        return F.lit(True)
+    values = F.concat_ws(COLUMN_SEPARATOR, *[F.coalesce(image[name], F.lit(NULL_MARK)) for name, _ in forms])
+    # \z, not $: Java's $ also matches before a final line break.
+    pattern = "^" + COLUMN_SEPARATOR.join(f"(?:{form}|{NULL_MARK})" for _, form in forms) + "\\z"
+    return image.isNull() | values.rlike(pattern)
 
 
 def _values_ok(image: Column, plan: TablePlan) -> Column:
     """Every value the plan checks in ``image`` is one its type holds exactly (an absent image: nothing to check)."""
-    return image.isNull() | _values_text(image, plan.checked).rlike(_values_pattern(plan))
+    return values_ok(image, [(name, plan.form(name)) for name in plan.checked])
 
 
 def _key_moved(data: Column, key: Column, plan: TablePlan) -> Column:
