@@ -75,7 +75,7 @@ from cdcreplay.formats.routing import (
     table_id_of,
 )
 from cdcreplay.formats.values.configured_types import lossy_columns
-from cdcreplay.formats.values.text_casts import timestamp_of_millis, try_decimal, try_integer, zone_of
+from cdcreplay.formats.values.text_casts import spark_zone, timestamp_of_millis, try_decimal, try_integer, zone_of
 from cdcreplay.formats.wire.from_json_in_python import (
     Mismatch,
     bigint,
@@ -107,15 +107,23 @@ def check_config(pipeline: PipelineConfig) -> None:
 def time_zone_of(pipeline: PipelineConfig) -> str:
     """The ``time_zone`` option, checked before work: Spark would fail on an unknown zone mid-run."""
     zone = str(pipeline.options.get("time_zone", "UTC"))
-    if zone != "UTC" and not OFFSET_ZONE.match(zone):
-        try:
-            zoneinfo.ZoneInfo(zone)
-        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-            raise ConfigError(
-                f"pipeline {pipeline.name}: options.time_zone {zone!r} is not a time zone; use an offset like "
-                "'+08:00' or a region like 'Asia/Shanghai' (the zone DataWorks ran in)"
-            ) from None
-    return zone
+    if zone == "UTC" or _is_zone(zone):
+        return zone
+    raise ConfigError(
+        f"pipeline {pipeline.name}: options.time_zone {zone!r} is not a time zone; use an offset like "
+        "'+08:00' or a region like 'Asia/Shanghai' (the zone DataWorks ran in)"
+    )
+
+
+def _is_zone(zone: str) -> bool:
+    """An offset of at most 18 hours (what Spark's zones hold), or a region Python's zone data knows."""
+    if OFFSET_ZONE.match(zone):
+        return spark_zone(zone) is not None
+    try:
+        zoneinfo.ZoneInfo(zone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return False
+    return True
 
 
 class _Message:

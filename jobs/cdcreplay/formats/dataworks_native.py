@@ -98,7 +98,7 @@ def table_plan(
         return None  # the marks values_ok joins the checked values with
     dates = tuple((name, types[name] == "date") for name, spark_type in declared.items() if spark_type == DATE)
     if dates and zone != "UTC" and not OFFSET_ZONE.match(zone):
-        return None
+        return None  # a region's zone: Python's
     if any(types[name] not in (DATE, "date") for name, _ in dates):
         return None
     undated = {name: t for name, t in types.items() if name not in dict(dates)}
@@ -152,7 +152,7 @@ def _matches(message: Column, plan: TablePlan) -> Column:
 
 def _wall_clock(value: Column, zone: str) -> tuple[Column, Column]:
     """(a DATE value's epoch milliseconds as the wall clock in ``zone``, whether the native path converts it)."""
-    millis = value.cast("bigint")
+    millis = value.try_cast("bigint")  # never raises, whatever Spark evaluates ahead of the check
     ok = value.rlike(MILLIS) & millis.between(FIRST_MILLIS, LAST_MILLIS)
     return F.from_utc_timestamp(F.timestamp_millis(F.when(ok, millis)), zone), ok
 
