@@ -1,7 +1,7 @@
 """Alibaba DataWorks "Kafka message format" (docs/format-spec.md section b). Decoded in Python (``python_rows``): one
 JSON parse per message, read as Spark's from_json read it (``from_json_in_python``); the update pairs are found in
-Spark. With ``options.reader`` spark (auto: from 700,000 records) Spark's JSON reader decodes the inserts, deletes and
-transaction messages ``dataworks_native`` vouches for, and this decoder the rest.
+Spark. With ``options.reader`` spark (auto: from 700,000 records) Spark's JSON reader decodes the inserts, deletes,
+transaction messages and update pairs ``dataworks_native`` vouches for, and this decoder the rest.
 
 A message is ``{schema: {dataColumn: [{name, type}], primaryKey, source: {dbName, schemaName, tableName}},
 payload: {before: {dataColumn: {...}}, after: {dataColumn: {...}}, sequenceId, op, timestamp: {eventTime, ...},
@@ -392,9 +392,7 @@ def _with_partners(records: DataFrame) -> DataFrame:
 
     pair_schema = to_arrow_schema(S.struct_type(PAIR_DDL), timezone="UTC")  # on the driver, as the DDL needs Spark
 
-    text = F.col("value").cast("string")
-    # The op is ASCII: spelled without "UPDATE_" in the text only with \u escapes of ASCII characters.
-    candidate = F.coalesce(text.contains("UPDATE_") | text.rlike(r"\\u00[0-7]"), F.lit(False))
+    candidate = dataworks_native.pair_candidate(F.col("value"))
     candidates = records.where(candidate)
     pairs = candidates.select("topic", "partition", "offset", "value").mapInArrow(
         partial(_pair_rows, schema=pair_schema), PAIR_DDL

@@ -8,30 +8,35 @@ A plan is one table version: the table as ``schema.source`` names it and its ``s
 and DataWorks types), found in a sample of the records (``native_json.sampled``). It knows the row's column types (the
 declared ones, the config's ``column_types`` over them), the configured key, and which values to check and convert.
 
-Taken natively: INSERT and DELETE messages of a planned table version whose values all pass their type's native form
-(``dts_shareplex_native.value_form``: nothing a configured type would round), whose DATE values (epoch milliseconds)
-are plain integers of years 1..9999 (turned into the wall clock of ``options.time_zone``, when it is UTC or an
-offset: a region's rules are Python's ``zoneinfo``, whose data may differ from Java's), whose sequenceId is digits and
-whose key has a value in every key column; and the transaction messages (TRANSACTION_BEGIN, ..., control rows). A
-text that does not open an object, escapes a character Spark renders differently (``native_json.plain_escapes``) or
-is not UTF-8 is Python's. So is everything else: UPDATE_BEFOR and UPDATE_AFTER (the Python decoder pairs them among the
-records it reads, which must then hold both halves of every pair), TRUNCATE, DDL, heartbeats, an INSERT that carries
-a before image or a DELETE an after image, and any row a check refuses.
+Taken natively: INSERT, DELETE and UPDATE_AFTER messages of a planned table version whose values all pass their type's
+native form (``dts_shareplex_native.value_form``: nothing a configured type would round), whose DATE values (epoch
+milliseconds) are plain integers of years 1..9999 (turned into the wall clock of ``options.time_zone``, when it is UTC
+or an offset: a region's rules are Python's ``zoneinfo``, whose data may differ from Java's), whose sequenceId is
+digits, whose key has a value in every key column and that do not move their row to another key; an UPDATE_BEFOR
+whose UPDATE_AFTER is among the records (its control row); and the transaction messages (control rows). The update
+pairs are found as the Python decoder finds them (``dataworks_json._with_partners``), by a window over the records
+that may be update messages alone, and a pair is taken only whole: the Python decoder then pairs the halves of every
+pair it is left. A text that does not open an object, escapes a character Spark renders differently
+(``native_json.plain_escapes``) or is not UTF-8 is Python's, and so is everything else: TRUNCATE, DDL, heartbeats, an
+INSERT that carries a before image or a DELETE an after image, an update that moves its row, and any row a check
+refuses.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
 from cdcreplay.formats.common import KIND_CONTROL
-from cdcreplay.formats.debezium_native import key_text
+from cdcreplay.formats.debezium_native import MAX_KEY_COLUMNS, key_text
 from cdcreplay.formats.dts_shareplex_native import COLUMN_SEPARATOR, NULL_MARK, value_form, values_ok
 from cdcreplay.formats.envelopes.dataworks_message import (
+    AFTER_OP,
+    BEFORE_OP,
     FORMAT_ID,
     MESSAGE_DDL,
     OFFSET_ZONE,
@@ -52,7 +57,7 @@ DATE = "timestamp_ntz"  # what a DataWorks DATE is declared as
 MILLIS = r"^-?[0-9]{1,15}\z"
 FIRST_MILLIS, LAST_MILLIS = -62135596800000 + 14 * 3600_000, 253402300799999 - 14 * 3600_000
 SEQUENCE = r"^[0-9]{1,38}\z"  # a sequenceId whose try_cast to decimal(38,0) is its plain value, as in Python
-ROW_OPS = {"INSERT": S.OP_INSERT, "DELETE": S.OP_DELETE}
+PLANNED_OPS = ("INSERT", "DELETE", AFTER_OP, BEFORE_OP)  # the messages a plan is found for
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,7 @@ class TablePlan:
     types: tuple[tuple[str, str], ...]
     key_columns: tuple[str, ...] | None
     dates: tuple[tuple[str, bool], ...]
+    configured: tuple[tuple[str, str], ...]  # the config's column types alone (what a control row of the table holds)
 
     @property
     def table_id(self) -> str:
@@ -106,7 +112,7 @@ def table_plan(
         return None
     keys = tuple(table.primary_key) if table is not None and table.primary_key else None
     data = tuple((column["name"], column["type"]) for column in data_columns)
-    return TablePlan(source, data, tuple(types.items()), keys, dates)
+    return TablePlan(source, data, tuple(types.items()), keys, dates, tuple(configured.items()))
 
 
 def table_plans(records: DataFrame, pipeline: PipelineConfig, zone: str, every: int = 1) -> list[TablePlan]:
@@ -122,7 +128,7 @@ def table_plans(records: DataFrame, pipeline: PipelineConfig, zone: str, every: 
             source["tableName"].alias("table"),
             message["schema"]["dataColumn"].alias("columns"),
         )
-        .where(message["payload"]["op"].isin(*ROW_OPS))
+        .where(message["payload"]["op"].isin(*PLANNED_OPS))
         .groupBy("db", "schema", "table", "columns")
         .count()
         .orderBy(F.desc("count"))
@@ -181,103 +187,247 @@ def _dated(image: Column, plan: TablePlan, zone: str) -> tuple[Column, Column]:
     return F.when(image.isNotNull(), replaced), ok
 
 
+def pair_candidate(value: Column) -> Column:
+    """A record that may be an update message, among which the update pairs are looked for: its text names UPDATE_
+    or escapes an ASCII character (the op is ASCII: spelled without "UPDATE_" in the text only with \\u escapes)."""
+    text = value.cast("string")
+    return F.coalesce(text.contains("UPDATE_") | text.rlike(r"\\u00[0-7]"), F.lit(False))
+
+
 def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[TablePlan], zone: str) -> DataFrame:
-    """Every record with its natively decoded row and the ``native`` flag (see ``native_json``)."""
+    """Every record with its natively decoded row and the ``native`` flag (see ``native_json``). The records that may
+    be update messages are decoded apart, their pairs found by a window over them alone; a pair is taken natively
+    only whole, so the Python decoder pairs the halves of every pair it is left."""
+    candidate = pair_candidate(F.col("value"))
+    others = _rows(_checked(_parsed(records.where(~candidate), plans), plans, zone), plans)
+    paired = _paired(_parsed(records.where(candidate), plans))
+    updates = _rows(_whole_pairs(_checked(paired, plans, zone)), plans)
+    return others.unionByName(updates)
+
+
+def _parsed(records: DataFrame, plans: list[TablePlan]) -> DataFrame:
+    """The records with their text, tombstone columns, message (``_m``), plan index (-1: none) and partner columns
+    (none yet)."""
     text = N.text_of(F.col("value"))
     located = records.select("topic", "partition", "offset", "timestamp", text.alias("_text"), *N.tombstone_columns())
     parsed = located.select("*", N.parse(F.col("_text"), MESSAGE_DDL).alias("_m"))
-    message = F.col("_m")
-    payload = message["payload"]
     plan_index = F.lit(-1)
     for index, plan in reversed(list(enumerate(plans))):
-        plan_index = F.when(_matches(message, plan), F.lit(index)).otherwise(plan_index)
+        plan_index = F.when(_matches(F.col("_m"), plan), F.lit(index)).otherwise(plan_index)
+    return parsed.select(
+        "*",
+        F.coalesce(plan_index, F.lit(-1)).alias("_plan"),
+        F.lit(False).alias(_PAIRED),
+        F.lit(None).cast(f"struct<image: {IMAGE_MAP}, partition: int, offset: bigint>").alias("_before_partner"),
+        F.lit(None).cast("struct<partition: int, offset: bigint>").alias("_after_partner"),
+    )
+
+
+IMAGE_MAP = "map<string,string>"
+_PAIRED = "_pair_member"  # the record is an update message of a pair: op and sequenceId set
+_GROUP = ("topic", "_group_table", "_group_sequence", "_group_partition", "_group_offset")
+
+
+def _paired(parsed: DataFrame) -> DataFrame:
+    """``parsed`` with each update message's partners, as ``dataworks_json._with_partners`` finds them: the earliest
+    UPDATE_BEFOR of its pair (same topic, table and sequenceId) with its before image, and the earliest UPDATE_AFTER.
+    Every message with a pair op and a sequenceId is a member, even one neither reader reads alike (it then keeps its
+    pair from the native path: ``_whole_pairs``); any other record is a group of its own."""
+    payload, source = F.col("_m")["payload"], F.col("_m")["schema"]["source"]
+    member = F.coalesce(payload["op"].isin(BEFORE_OP, AFTER_OP) & payload["sequenceId"].isNotNull(), F.lit(False))
+    table = source["tableName"]
+    parts = [F.when(source[name] != "", source[name]) for name in ("dbName", "schemaName")]
+    table_id = F.when(table != "", F.concat_ws(".", *parts, table))  # routing.table_id_of
+    grouped = parsed.drop(_PAIRED, "_before_partner", "_after_partner").select(
+        "*",
+        member.alias(_PAIRED),
+        F.when(member, table_id).alias("_group_table"),
+        F.when(member, payload["sequenceId"]).alias("_group_sequence"),
+        F.when(~member, F.col("partition")).alias("_group_partition"),
+        F.when(~member, F.col("offset")).alias("_group_offset"),
+    )
+    pair = Window.partitionBy(*_GROUP)
+    coordinates = F.struct("partition", "offset")
+    op = payload["op"]
+    before_image = F.struct(payload["before"]["dataColumn"].alias("image"), "partition", "offset")
+    before_partner = F.min_by(before_image, F.when(op == BEFORE_OP, coordinates)).over(pair)
+    after_partner = F.min_by(coordinates, F.when(op == AFTER_OP, coordinates)).over(pair)
+    return grouped.select(
+        *parsed.columns[: parsed.columns.index(_PAIRED)],
+        _PAIRED,
+        F.when(F.col(_PAIRED), before_partner).alias("_before_partner"),
+        F.when(F.col(_PAIRED), after_partner).alias("_after_partner"),
+        *_GROUP[1:],
+    )
+
+
+def _moved(before: Column, after: Column, keys: Column) -> Column:
+    """The Python decoder's key change: every key column named and in ``before``, one whose value ``after`` does not
+    hold (at most MAX_KEY_COLUMNS keys: more leave the row without a key text, to Python)."""
+    named, differs = F.lit(True), F.lit(False)
+    for index in range(MAX_KEY_COLUMNS):
+        column = F.try_element_at(keys, F.lit(index + 1))
+        name = F.coalesce(column, F.lit(""))  # a map lookup by a NULL name fails
+        used = F.lit(index) < F.size(keys)
+        named = named & (~used | (column.isNotNull() & F.map_contains_key(before, name)))
+        differs = differs | (used & ~before[name].eqNullSafe(after[name]))
+    return F.coalesce(before.isNotNull() & keys.isNotNull() & named & differs, F.lit(False))
+
+
+def _checked(frame: DataFrame, plans: list[TablePlan], zone: str) -> DataFrame:
+    """``frame`` with what its rows need: op, the images as the Python decoder writes them, the key columns, and the
+    record's own verdict (``_vouched``)."""
+    message = F.col("_m")
+    payload = message["payload"]
     op_name = payload["op"]
-    op = F.when(op_name == "INSERT", F.lit(S.OP_INSERT)).when(op_name == "DELETE", F.lit(S.OP_DELETE))
-    planned = parsed.select("*", F.coalesce(plan_index, F.lit(-1)).alias("_plan"), op.alias("_op"))
-    plan, op, is_delete = F.col("_plan"), F.col("_op"), F.col("_op") == S.OP_DELETE
-    after, before = payload["after"]["dataColumn"], payload["before"]["dataColumn"]
-    image = F.when(is_delete, before).otherwise(after)
-    converted = [_dated(image, p, zone) for p in plans]
-    dated = N.per_plan(plan, [c[0] for c in converted])
+    op = (
+        F.when(op_name == "INSERT", F.lit(S.OP_INSERT))
+        .when(op_name == "DELETE", F.lit(S.OP_DELETE))
+        .when(op_name == AFTER_OP, F.lit(S.OP_UPDATE))
+    )
+    plan, is_delete, is_before = F.col("_plan"), op == S.OP_DELETE, op_name == BEFORE_OP
+    after, own_before = payload["after"]["dataColumn"], payload["before"]["dataColumn"]
+    # An UPDATE_AFTER without a before image of its own takes its UPDATE_BEFOR's.
+    before = F.coalesce(own_before, F.col("_before_partner")["image"])
+    after_dated = [_dated(after, p, zone) for p in plans]
+    before_dated = [_dated(before, p, zone) for p in plans]
+    after_image = N.per_plan(plan, [image for image, _ in after_dated])
+    before_image = N.per_plan(plan, [image for image, _ in before_dated])
+    values = [
+        values_ok(after, p.forms) & values_ok(before, p.forms) & a_ok & b_ok
+        for p, (_, a_ok), (_, b_ok) in zip(plans, after_dated, before_dated, strict=True)
+    ]
+    images_present = (
+        F.when(op == S.OP_INSERT, after.isNotNull() & own_before.isNull())
+        .when(is_delete, before.isNotNull() & after.isNull())
+        .otherwise(after.isNotNull())
+    )
     readable = F.col("_text").startswith("{") & message[N.CORRUPT_FIELD].isNull() & N.plain_escapes(F.col("_text"))
     sequence, event_millis = payload["sequenceId"], payload["timestamp"]["eventTime"]
     time_known = event_millis.between(FIRST_MILLIS, LAST_MILLIS)
     row_ok = (
         (plan >= 0)
         & op.isNotNull()
-        & F.when(is_delete, before.isNotNull() & after.isNull()).otherwise(after.isNotNull() & before.isNull())
-        & N.per_plan(plan, [values_ok(image, p.forms) & c[1] for p, c in zip(plans, converted, strict=True)])
+        & images_present
+        & N.per_plan(plan, values)
         & sequence.rlike(SEQUENCE)
         & (event_millis.isNull() | time_known)
     )
-    is_transaction = op_name.isin(*TRANSACTION_OPS)
-    rows = planned.select(
-        *N.CARRIED,
-        plan,
-        op,
-        F.coalesce(readable, F.lit(False)).alias("_readable"),
-        F.coalesce(row_ok, F.lit(False)).alias("_row_ok"),
-        F.coalesce(is_transaction, F.lit(False)).alias("_transaction"),
-        F.concat_ws(" ", op_name, sequence).alias("_transaction_detail"),
-        dated.alias("_image"),
-        message["schema"]["primaryKey"].alias("_message_keys"),
-        message["schema"]["dataColumn"]["name"].alias("_names"),
-        F.array(sequence.try_cast("decimal(38,0)")).alias("position"),
-        F.timestamp_millis(F.when(time_known, event_millis)).alias("event_time"),  # no overflow on other rows
-    )
-    image, is_delete = F.col("_image"), F.col("_op") == S.OP_DELETE
     # The message's key: schema.primaryKey, else the row id column DataWorks adds to a table without one.
-    message_keys = F.when(F.size(F.col("_message_keys")) > 0, F.col("_message_keys")).when(
-        F.array_contains(F.col("_names"), ROW_ID), F.array(F.lit(ROW_ID))
+    message_keys = F.when(F.size(message["schema"]["primaryKey"]) > 0, message["schema"]["primaryKey"]).when(
+        F.array_contains(message["schema"]["dataColumn"]["name"], ROW_ID), F.array(F.lit(ROW_ID))
     )
     keys = N.per_plan(
         plan,
         [message_keys if p.key_columns is None else F.array(*[F.lit(c) for c in p.key_columns]) for p in plans],
         F.lit(None).cast("array<string>"),
     )
-    key = key_text(image, keys)
+    checked = frame.select(
+        *frame.columns,
+        op.alias("_op"),
+        after_image.alias("_after"),
+        before_image.alias("_before"),
+        keys.alias("_keys"),
+        F.coalesce(readable & row_ok, F.lit(False)).alias("_row_ok"),
+        F.coalesce(readable & op_name.isin(*TRANSACTION_OPS), F.lit(False)).alias("_transaction"),
+        F.coalesce(readable & is_before, F.lit(False)).alias("_update_before"),
+        F.concat_ws(" ", op_name, sequence).alias("_transaction_detail"),
+        F.array(sequence.try_cast("decimal(38,0)")).alias("position"),
+        F.timestamp_millis(F.when(time_known, event_millis)).alias("event_time"),  # no overflow on other rows
+    )
+    image = F.when(F.col("_op") == S.OP_DELETE, F.col("_before")).otherwise(F.col("_after"))
+    key = key_text(image, F.col("_keys"))
+    moved = (F.col("_op") == S.OP_UPDATE) & _moved(F.col("_before"), F.col("_after"), F.col("_keys"))
+    change_ok = F.col("_row_ok") & key.isNotNull() & ~moved
+    before_ok = F.col("_update_before") & (F.col("_plan") >= 0) & F.col("_after_partner").isNotNull()
+    vouched = F.coalesce(change_ok | F.col("_transaction") | before_ok, F.lit(False))
+    return checked.select("*", key.alias("_key"), vouched.alias("_vouched"))
+
+
+def _whole_pairs(checked: DataFrame) -> DataFrame:
+    """A pair's messages are taken natively only if all of them are: the Python decoder, which decodes the rest,
+    pairs them among the records it is left."""
+    whole = F.min(F.col("_vouched").cast("int")).over(Window.partitionBy(*_GROUP)) == 1
+    return checked.withColumn("_vouched", F.when(F.col(_PAIRED), whole).otherwise(F.col("_vouched")))
+
+
+def _rows(checked: DataFrame, plans: list[TablePlan]) -> DataFrame:
+    """The decoded row of each record (the changelog row of a change, the control row of a transaction or of an
+    update's UPDATE_BEFOR) and its native flag."""
+    plan, op = F.col("_plan"), F.col("_op")
+    is_delete = op == S.OP_DELETE
 
     def of_plan(values: list[Column], data_type: str) -> Column:
         return N.per_plan(plan, values, F.lit(None).cast(data_type))
 
+    table = {
+        "table_id": of_plan([F.lit(p.table_id) for p in plans], "string"),
+        "source_db": of_plan([F.lit(p.source[0]).cast("string") for p in plans], "string"),
+        "source_schema": of_plan([F.lit(p.source[1]).cast("string") for p in plans], "string"),
+        "source_table": of_plan([F.lit(p.source[2]) for p in plans], "string"),
+    }
     change = N.changelog_row(
         FORMAT_ID,
-        native=F.col("_readable") & F.col("_row_ok") & key.isNotNull(),
-        table_id=of_plan([F.lit(p.table_id) for p in plans], "string"),
-        source_db=of_plan([F.lit(p.source[0]).cast("string") for p in plans], "string"),
-        source_schema=of_plan([F.lit(p.source[1]).cast("string") for p in plans], "string"),
-        source_table=of_plan([F.lit(p.source[2]) for p in plans], "string"),
-        op=F.col("_op"),
-        key=key,
-        key_columns=keys,
-        after=F.when(~is_delete, image),
-        before=F.when(is_delete, image),
+        native=F.col("_vouched"),
+        **table,
+        op=op,
+        key=F.col("_key"),
+        key_columns=F.col("_keys"),
+        after=F.when(~is_delete, F.col("_after")),
+        before=F.when(op != S.OP_INSERT, F.col("_before")),
         column_types=of_plan([N.literal_map(dict(p.types)) for p in plans], "map<string,string>"),
         position=F.col("position"),
         event_time=F.col("event_time"),
         row_index=F.lit(0),
     )
-    return rows.select(*N.with_tombstones(_or_transaction(change)))
-
-
-def _or_transaction(change: dict[str, Column]) -> dict[str, Column]:
-    """``change`` for a row change, and for a transaction message the control row the Python decoder writes: its op
-    and sequenceId as the detail, no table, key, images, types, position or time."""
-    transaction = F.col("_transaction")
-    instead = {
-        N.NATIVE_FLAG: F.col("_readable"),
+    partner = F.col("_after_partner")
+    update_before = {
+        "record_kind": F.lit(KIND_CONTROL),
+        "control_kind": F.lit(S.CONTROL_UPDATE_BEFORE),
+        "detail": F.format_string(
+            "before image of the update applied by partition %d offset %d", partner["partition"], partner["offset"]
+        ),
+        # A control row names its table, whose configured key and types routing adds.
+        **table,
+        "key_columns": of_plan(
+            [F.array(*[F.lit(c) for c in p.key_columns]) if p.key_columns else F.lit(None) for p in plans],
+            "array<string>",
+        ),
+        "column_types": of_plan([N.literal_map(dict(p.configured)) for p in plans], "map<string,string>"),
+    }
+    transaction = {
         "record_kind": F.lit(KIND_CONTROL),
         "control_kind": F.lit(S.CONTROL_TRANSACTION),
         "detail": F.col("_transaction_detail"),
         "column_types": N.literal_map({}),
-        "row_index": F.lit(0),
     }
-    kept = ("topic", "partition", "offset", "timestamp", "format", "reason", "raw_key", "raw_value")
-    return {
-        name: F.when(transaction, instead[name]).otherwise(column)
-        if name in instead
-        else column
-        if name in kept
-        else F.when(~transaction, column)
+    rows = {
+        name: _control_or(column, name, (F.col("_transaction"), transaction), (F.col("_update_before"), update_before))
         for name, column in change.items()
     }
+    return checked.select(*N.with_tombstones(rows))
+
+
+_KEPT = ("topic", "partition", "offset", "timestamp", "format", "reason", "raw_key", "raw_value", "row_index")
+
+
+def _control_or(column: Column, name: str, *controls: tuple[Column, dict[str, Column]]) -> Column:
+    """A changelog row's ``column``, or, where a control's condition holds, that control row's value of it (NULL for
+    what a control row does not set)."""
+    if name in _KEPT or name == N.NATIVE_FLAG:
+        return column
+    for condition, values in reversed(controls):
+        column = F.when(condition, values.get(name, F.lit(None).cast(_CONTROL_TYPES.get(name, "string")))).otherwise(
+            column
+        )
+    return column
+
+
+_CONTROL_TYPES = {
+    "key_columns": "array<string>",
+    "after": "map<string,string>",
+    "before": "map<string,string>",
+    "column_types": "map<string,string>",
+    "position": "array<decimal(38,0)>",
+    "event_time": "timestamp",
+}
