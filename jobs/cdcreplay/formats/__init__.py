@@ -111,10 +111,10 @@ REGISTRY: dict[str, FormatSpec] = {
             ),
             "reader": FormatOption(
                 "choice",
-                "auto (default), spark or python: spark has Spark's JSON reader decode the inserts, deletes and "
-                "transaction messages it can render exactly and Python the rest, python decodes every record in "
-                "Python, auto is spark for a run of at least 700,000 records and python below (the same rows "
-                "either way)",
+                "auto (default), spark or python: spark has Spark's JSON reader decode the inserts, deletes, "
+                "update pairs and transaction messages it can render exactly and Python the rest, python decodes "
+                "every record in Python, auto is spark for a run of at least 700,000 records and python below (the "
+                "same rows either way)",
                 ("auto", "python", "spark"),
             ),
         },
