@@ -31,7 +31,7 @@ from pyspark.sql import functions as F
 
 from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
-from cdcreplay.formats.common import KIND_CONTROL
+from cdcreplay.formats.common import DECODED_DDL, KIND_CONTROL
 from cdcreplay.formats.debezium_native import MAX_KEY_COLUMNS, key_text
 from cdcreplay.formats.dts_shareplex_native import COLUMN_SEPARATOR, NULL_MARK, value_form, values_ok
 from cdcreplay.formats.envelopes.dataworks_message import (
@@ -58,6 +58,9 @@ MILLIS = r"^-?[0-9]{1,15}\z"
 FIRST_MILLIS, LAST_MILLIS = -62135596800000 + 14 * 3600_000, 253402300799999 - 14 * 3600_000
 SEQUENCE = r"^[0-9]{1,38}\z"  # a sequenceId whose try_cast to decimal(38,0) is its plain value, as in Python
 PLANNED_OPS = ("INSERT", "DELETE", AFTER_OP, BEFORE_OP)  # the messages a plan is found for
+_PAIRED = "_pair_member"  # the record is an update message of a pair: op and sequenceId set
+# A pair: its topic, table and sequenceId; a record that is no member is a group of its own (its coordinates).
+_GROUP = ("topic", "_group_table", "_group_sequence", "_group_partition", "_group_offset")
 
 
 @dataclass(frozen=True)
@@ -199,33 +202,31 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[TableP
     be update messages are decoded apart, their pairs found by a window over them alone; a pair is taken natively
     only whole, so the Python decoder pairs the halves of every pair it is left."""
     candidate = pair_candidate(F.col("value"))
-    others = _rows(_checked(_parsed(records.where(~candidate), plans), plans, zone), plans)
+    others = _rows(_checked(_unpaired(_parsed(records.where(~candidate), plans)), plans, zone), plans)
     paired = _paired(_parsed(records.where(candidate), plans))
     updates = _rows(_whole_pairs(_checked(paired, plans, zone)), plans)
     return others.unionByName(updates)
 
 
 def _parsed(records: DataFrame, plans: list[TablePlan]) -> DataFrame:
-    """The records with their text, tombstone columns, message (``_m``), plan index (-1: none) and partner columns
-    (none yet)."""
+    """The records with their text, tombstone columns, message (``_m``) and plan index (-1: none)."""
     text = N.text_of(F.col("value"))
     located = records.select("topic", "partition", "offset", "timestamp", text.alias("_text"), *N.tombstone_columns())
     parsed = located.select("*", N.parse(F.col("_text"), MESSAGE_DDL).alias("_m"))
     plan_index = F.lit(-1)
     for index, plan in reversed(list(enumerate(plans))):
         plan_index = F.when(_matches(F.col("_m"), plan), F.lit(index)).otherwise(plan_index)
+    return parsed.select("*", F.coalesce(plan_index, F.lit(-1)).alias("_plan"))
+
+
+def _unpaired(parsed: DataFrame) -> DataFrame:
+    """``parsed`` (no update message among them) with the partner columns of :func:`_paired`, empty."""
     return parsed.select(
         "*",
-        F.coalesce(plan_index, F.lit(-1)).alias("_plan"),
         F.lit(False).alias(_PAIRED),
-        F.lit(None).cast(f"struct<image: {IMAGE_MAP}, partition: int, offset: bigint>").alias("_before_partner"),
+        F.lit(None).cast("struct<image: map<string,string>, partition: int, offset: bigint>").alias("_before_partner"),
         F.lit(None).cast("struct<partition: int, offset: bigint>").alias("_after_partner"),
     )
-
-
-IMAGE_MAP = "map<string,string>"
-_PAIRED = "_pair_member"  # the record is an update message of a pair: op and sequenceId set
-_GROUP = ("topic", "_group_table", "_group_sequence", "_group_partition", "_group_offset")
 
 
 def _paired(parsed: DataFrame) -> DataFrame:
@@ -238,7 +239,7 @@ def _paired(parsed: DataFrame) -> DataFrame:
     table = source["tableName"]
     parts = [F.when(source[name] != "", source[name]) for name in ("dbName", "schemaName")]
     table_id = F.when(table != "", F.concat_ws(".", *parts, table))  # routing.table_id_of
-    grouped = parsed.drop(_PAIRED, "_before_partner", "_after_partner").select(
+    grouped = parsed.select(
         "*",
         member.alias(_PAIRED),
         F.when(member, table_id).alias("_group_table"),
@@ -253,11 +254,9 @@ def _paired(parsed: DataFrame) -> DataFrame:
     before_partner = F.min_by(before_image, F.when(op == BEFORE_OP, coordinates)).over(pair)
     after_partner = F.min_by(coordinates, F.when(op == AFTER_OP, coordinates)).over(pair)
     return grouped.select(
-        *parsed.columns[: parsed.columns.index(_PAIRED)],
-        _PAIRED,
+        "*",
         F.when(F.col(_PAIRED), before_partner).alias("_before_partner"),
         F.when(F.col(_PAIRED), after_partner).alias("_after_partner"),
-        *_GROUP[1:],
     )
 
 
@@ -401,33 +400,20 @@ def _rows(checked: DataFrame, plans: list[TablePlan]) -> DataFrame:
         "detail": F.col("_transaction_detail"),
         "column_types": N.literal_map({}),
     }
-    rows = {
-        name: _control_or(column, name, (F.col("_transaction"), transaction), (F.col("_update_before"), update_before))
-        for name, column in change.items()
-    }
+    types = {field.name: field.dataType for field in S.struct_type(DECODED_DDL)}
+    controls = ((F.col("_transaction"), transaction), (F.col("_update_before"), update_before))
+    rows = {name: _control_or(column, name, types.get(name), *controls) for name, column in change.items()}
     return checked.select(*N.with_tombstones(rows))
 
 
 _KEPT = ("topic", "partition", "offset", "timestamp", "format", "reason", "raw_key", "raw_value", "row_index")
 
 
-def _control_or(column: Column, name: str, *controls: tuple[Column, dict[str, Column]]) -> Column:
-    """A changelog row's ``column``, or, where a control's condition holds, that control row's value of it (NULL for
-    what a control row does not set)."""
+def _control_or(column: Column, name: str, data_type, *controls: tuple[Column, dict[str, Column]]) -> Column:
+    """A changelog row's ``column`` (of ``data_type``), or, where a control's condition holds, that control row's value
+    of it (NULL for what a control row does not set)."""
     if name in _KEPT or name == N.NATIVE_FLAG:
         return column
     for condition, values in reversed(controls):
-        column = F.when(condition, values.get(name, F.lit(None).cast(_CONTROL_TYPES.get(name, "string")))).otherwise(
-            column
-        )
+        column = F.when(condition, values.get(name, F.lit(None).cast(data_type))).otherwise(column)
     return column
-
-
-_CONTROL_TYPES = {
-    "key_columns": "array<string>",
-    "after": "map<string,string>",
-    "before": "map<string,string>",
-    "column_types": "map<string,string>",
-    "position": "array<decimal(38,0)>",
-    "event_time": "timestamp",
-}
