@@ -3,14 +3,17 @@ as comparable dicts, read and write the golden JSON-lines files."""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
+import fastavro
 from archive_helpers import Record, write_parquet
 
 from cdcreplay import archive
 from cdcreplay.config import PipelineConfig
 from cdcreplay.formats import decoder
+from cdcreplay.formats.wire.avro_wire import load_schema
 
 CONFORMANCE = Path(__file__).parent / "data" / "conformance"
 EXPECTED = CONFORMANCE / "alibaba-expected"
@@ -138,3 +141,57 @@ def dataworks(
             "version": "1.0.0",
         }
     )
+
+
+# --- DTS Avro records ------------------------------------------------------------------------------------------------
+
+DTS_RECORD_AVSC = CONFORMANCE / "alibaba-dts-avro" / "Record.avsc"
+DTS_NAMESPACE = "com.alibaba.dts.formats.avro."
+DTS_SCHEMA = load_schema(str(DTS_RECORD_AVSC))
+
+
+def value(branch: str, **fields) -> tuple:
+    return (DTS_NAMESPACE + branch, fields)
+
+
+NONE = (DTS_NAMESPACE + "EmptyObject", "NONE")
+DTS_FIELDS = [
+    {"name": "id", "dataTypeNumber": 3},
+    {"name": "name", "dataTypeNumber": 253},
+    {"name": "price", "dataTypeNumber": 246},
+    {"name": "note", "dataTypeNumber": 252},
+    {"name": "d", "dataTypeNumber": 10},
+]
+
+
+def row(id_: int, name: str = "n", price: str = "1.00", note: str | None = "t", d=(2024, 1, 2)) -> list:
+    return [
+        value("Integer", precision=11, value=str(id_)),
+        value("Character", charset="utf8mb4", value=name.encode()),
+        value("Decimal", value=price, precision=5, scale=2),
+        None if note is None else value("TextObject", type="TEXT", value=note),
+        value("DateTime", year=d[0], month=d[1], day=d[2], hour=None, minute=None, second=None, millis=None),
+    ]
+
+
+def dts(operation: str, id_: int, before=None, after=None, object_name="shop.t", fields=DTS_FIELDS, **extra) -> bytes:
+    record = {
+        "version": 1,
+        "id": id_,
+        "sourceTimestamp": 1704164645 + id_,
+        "sourcePosition": "1704164645@mysql-bin.000001:4",
+        "safeSourcePosition": "",
+        "sourceTxid": "9",
+        "source": {"sourceType": "MySQL", "version": "8.0.32"},
+        "operation": operation,
+        "objectName": object_name,
+        "processTimestamps": None,
+        "tags": {"pk_uk_info": '{"PRIMARY":["id"]}'},
+        "fields": fields,
+        "beforeImages": before,
+        "afterImages": after,
+        "bornTimestamp": 0,
+    } | extra
+    stream = io.BytesIO()
+    fastavro.schemaless_writer(stream, DTS_SCHEMA, record)
+    return stream.getvalue()

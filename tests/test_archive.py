@@ -287,7 +287,7 @@ def test_the_driver_options_name_the_class_archive_only_where_there_is_one(spark
     # Spark splits the option string as it launches the driver: the archive's path stays one option.
     split = spark._jvm.org.apache.spark.util.Utils.splitCommandString(options).mkString("\n").split("\n")
     assert split == [
-        JVM_OPTIONS,
+        *JVM_OPTIONS.split(),
         f"-XX:SharedArchiveFile={jars / 'driver-classes.jsa'}",
         "-Xlog:cds=off",
         "-Xlog:cds+dynamic=off",

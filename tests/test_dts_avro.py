@@ -12,7 +12,7 @@ from pathlib import Path
 
 import fastavro
 import pytest
-from alibaba_helpers import CONFORMANCE, decode_values, golden, pipeline, rows
+from alibaba_helpers import CONFORMANCE, NONE, decode_values, dts, golden, pipeline, row, rows, value
 from pyspark import cloudpickle
 from pyspark.sql import functions as F
 
@@ -31,53 +31,6 @@ RECORD_AVSC = CONFORMANCE / "alibaba-dts-avro" / "Record.avsc"
 NS = "com.alibaba.dts.formats.avro."
 SCHEMA = load_schema(str(RECORD_AVSC))
 SYNTHETIC_FILES = sorted(p.name for p in SYNTHETIC.glob("*.avro"))
-
-
-def value(branch: str, **fields) -> tuple:
-    return (NS + branch, fields)
-
-
-NONE = (NS + "EmptyObject", "NONE")
-FIELDS = [
-    {"name": "id", "dataTypeNumber": 3},
-    {"name": "name", "dataTypeNumber": 253},
-    {"name": "price", "dataTypeNumber": 246},
-    {"name": "note", "dataTypeNumber": 252},
-    {"name": "d", "dataTypeNumber": 10},
-]
-
-
-def row(id_: int, name: str = "n", price: str = "1.00", note: str | None = "t", d=(2024, 1, 2)) -> list:
-    return [
-        value("Integer", precision=11, value=str(id_)),
-        value("Character", charset="utf8mb4", value=name.encode()),
-        value("Decimal", value=price, precision=5, scale=2),
-        None if note is None else value("TextObject", type="TEXT", value=note),
-        value("DateTime", year=d[0], month=d[1], day=d[2], hour=None, minute=None, second=None, millis=None),
-    ]
-
-
-def dts(operation: str, id_: int, before=None, after=None, object_name="shop.t", fields=FIELDS, **extra) -> bytes:
-    record = {
-        "version": 1,
-        "id": id_,
-        "sourceTimestamp": 1704164645 + id_,
-        "sourcePosition": "1704164645@mysql-bin.000001:4",
-        "safeSourcePosition": "",
-        "sourceTxid": "9",
-        "source": {"sourceType": "MySQL", "version": "8.0.32"},
-        "operation": operation,
-        "objectName": object_name,
-        "processTimestamps": None,
-        "tags": {"pk_uk_info": '{"PRIMARY":["id"]}'},
-        "fields": fields,
-        "beforeImages": before,
-        "afterImages": after,
-        "bornTimestamp": 0,
-    } | extra
-    stream = io.BytesIO()
-    fastavro.schemaless_writer(stream, SCHEMA, record)
-    return stream.getvalue()
 
 
 @pytest.fixture(scope="module")

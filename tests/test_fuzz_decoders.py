@@ -50,6 +50,7 @@ READERS = {
     "canal-json:reader=spark": ("canal-json", {"reader": "spark"}),
     "dataworks-json:reader=spark": ("dataworks-json", {"reader": "spark"}),
     "debezium-json:reader=spark": ("debezium-json", {"reader": "spark"}),
+    "dts-avro:reader=spark": ("dts-avro", {"reader": "spark"}),
     "dts-shareplex-json:reader=spark": ("dts-shareplex-json", {"reader": "spark"}),
     "drs-json-mysql:reader=spark": ("drs-json-mysql", {"reader": "spark"}),
     "drs-json-rdbms:reader=spark": ("drs-json-rdbms", {"reader": "spark"}),

@@ -29,6 +29,7 @@ from cdcreplay.formats import (
     debezium_json,
     debezium_native,
     drs_json_mysql,
+    dts_avro,
     dts_shareplex_json,
 )
 from cdcreplay.formats.wire import native_json as N
@@ -289,6 +290,7 @@ THRESHOLDS = {
     drs_json_mysql: N.NATIVE_MIN_RECORDS,
     dts_shareplex_json: dts_shareplex_json.NATIVE_MIN_RECORDS,
     debezium_avro: debezium_avro.AVRO_NATIVE_MIN_RECORDS,
+    dts_avro: dts_avro.NATIVE_MIN_RECORDS,
 }
 
 

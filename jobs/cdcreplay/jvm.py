@@ -8,6 +8,8 @@ high rate; G1, the JVM's default, spends CPU beside the tasks (concurrent markin
 barriers) that a small machine does not have to spare. The 2M-event Debezium replay on 2 cores: 162 -> 135 s
 (docs/benchmarks.md).
 
+**The Avro limits** (below): a corrupt Avro value must not run the JVM out of heap.
+
 **The class archive** (the JVM's Class Data Sharing). Every run is a new JVM (a spark-submit per task), and before it
 reads a record it loads, parses and verifies some twenty thousand classes of Spark, Delta Lake, Hadoop and their
 libraries, then runs them in the interpreter while the JIT compilers catch up. Set-up writes the classes a small
@@ -21,7 +23,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-JVM_OPTIONS = "-XX:+UseParallelGC"
+# Java's Avro reader allocates what a string, bytes or an array claims to hold before it reads it: a corrupt value that
+# claims two gigabytes (``from_avro`` of a truncated DTS record) ran the JVM out of heap and ended the run. With these
+# limits such a value fails to read: ``from_avro`` returns no record (PERMISSIVE) and the Python decoder quarantines
+# it with its reason. A real value beyond them is read by the Python decoder too.
+AVRO_LIMITS = {
+    "org.apache.avro.limits.bytes.maxLength": 64 * 1024 * 1024,
+    "org.apache.avro.limits.string.maxLength": 64 * 1024 * 1024,
+    "org.apache.avro.limits.collectionItems.maxLength": 1_000_000,
+}
+JVM_OPTIONS = " ".join(("-XX:+UseParallelGC", *(f"-D{name}={limit}" for name, limit in AVRO_LIMITS.items())))
 CLASS_ARCHIVE_FILE = "driver-classes.jsa"
 
 

@@ -93,10 +93,18 @@ REGISTRY: dict[str, FormatSpec] = {
     ),
     "dts-avro": FormatSpec(
         "cdcreplay.formats.dts_avro",
-        "Alibaba DTS Avro: raw Avro binary of com.alibaba.dts.formats.avro.Record, decoded with fastavro",
+        "Alibaba DTS Avro: raw Avro binary of com.alibaba.dts.formats.avro.Record",
         {
             "writer_schema": FormatOption(
                 "path", "DTS's Record.avsc (required): the writer schema of every message, relative to this file"
+            ),
+            "reader": FormatOption(
+                "choice",
+                "auto (default), spark or python: spark has Spark's from_avro decode the MySQL row changes it can "
+                "render exactly and the transaction and heartbeat records (needs spark-avro, which set-up fetches) "
+                "and Python the rest, python decodes every record with fastavro, auto is spark for a run of at least "
+                "100,000 records (the same rows either way)",
+                ("auto", "python", "spark"),
             ),
         },
     ),

@@ -12,7 +12,7 @@ JSON wire's own expressions (``debezium_native.change_rows``) from the same text
 primitive Avro wrote (a decimal's unscaled bytes, a date's days, a timestamp's count), as the Python decoder reads it
 before its conversions. Which records it takes: a value whose schema id has a plan (a relational Debezium envelope
 whose image fields are primitives), keyed by a Confluent-framed Avro key of a known record schema, whose strings are
-valid UTF-8 (fastavro refuses others) and whose doubles Java prints as Python does (``_as_python_writes``). A record
+valid UTF-8 (fastavro refuses others) and whose doubles Java prints as Python does (``as_python_writes``). A record
 ``from_avro`` cannot read gives a struct of nulls in PERMISSIVE mode; the envelope's ``op`` (required by the schema)
 tells it apart, and it goes to Python, which quarantines it with the reason. Everything else -- other schema ids,
 JSON keys, transaction metadata, heartbeats, TOAST placeholders -- is the Python decoder's, as on the JSON wire.
@@ -263,7 +263,7 @@ def schema_counts(records: DataFrame, every: int = 1) -> list[tuple[int | None, 
     return [(row["value_id"], row["key_id"], row["count"]) for row in found.orderBy(F.desc("count")).collect()]
 
 
-def _as_python_writes(text: Column) -> Column:
+def as_python_writes(text: Column) -> Column:
     """Whether Java's text of a double is the Python decoder's (``debezium_values.number_text``: the shortest text
     that reads back as the value). Java 17's ``Double.toString`` is not always the shortest, but a text of at most 15
     significant digits is: no two such decimals read as the same double, so the shortest, which cannot be longer, is
@@ -287,7 +287,7 @@ def _converted(value: Column, kind: str, field: Field, spark_type: str) -> tuple
         return timestamp_of_micros(value)
     text = TEXT_OF[kind](value)
     if kind in FLOAT_KINDS:
-        return text, _as_python_writes(text)
+        return text, as_python_writes(text)
     if spark_type in HELD_BY.get(kind, ()):
         return text, None
     check = CHECKS[spark_type]

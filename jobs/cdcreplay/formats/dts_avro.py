@@ -29,16 +29,28 @@ Key: ``tags.pk_uk_info`` (``{"PRIMARY": [...], "<unique key>": [...]}``): PRIMAR
 from __future__ import annotations
 
 import io
-import json
+import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from functools import lru_cache, partial
-from pathlib import Path
+from functools import partial
 
 from pyspark.sql import DataFrame
 
+from cdcreplay import jars
 from cdcreplay import schema as S
 from cdcreplay.config import ConfigError, PipelineConfig
+from cdcreplay.formats import dts_avro_native
+from cdcreplay.formats.debezium_avro_native import avro_functions_loaded
+from cdcreplay.formats.envelopes.dts_record import (
+    CONTROL_STREAM,
+    FORMAT_ID,
+    ROW_OPS,
+    STREAM_OPS,
+    TRANSACTION_OPS,
+    key_columns_of,
+    split_object_name,
+    union_prefix,
+)
 from cdcreplay.formats.python_rows import (
     DecodeError,
     RawRecord,
@@ -50,36 +62,11 @@ from cdcreplay.formats.python_rows import (
 )
 from cdcreplay.formats.values.dts_avro_values import ABSENT, convert
 from cdcreplay.formats.wire.avro_wire import AvroWire, check_writer_schema
+from cdcreplay.formats.wire.native_json import decode_by_reader, reader_chooses_native, sample_rate
 
-FORMAT_ID = "dts-avro"
-CONTROL_STREAM = "stream"  # DTS-internal records: CHECKPOINT, COMMAND, FILL, FINISH, CONTROL, RDB, NOOP
-ROW_OPS = {"INSERT": S.OP_INSERT, "UPDATE": S.OP_UPDATE, "DELETE": S.OP_DELETE, "INIT": S.OP_SNAPSHOT}
-TRANSACTION_OPS = ("BEGIN", "COMMIT", "ROLLBACK", "ABORT")
-STREAM_OPS = ("CHECKPOINT", "COMMAND", "FILL", "FINISH", "CONTROL", "RDB", "NOOP")
-ESCAPED_DOT = ("\\u002E", "\\u002e")
+log = logging.getLogger(__name__)
+
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-@lru_cache(maxsize=16)
-def _union_prefix(schema_path: str) -> bytes | None:
-    """The Avro encoding of Record's branch index in the schema file's array (None for a lone Record schema)."""
-    document = json.loads(Path(schema_path).read_text(encoding="utf-8"))
-    if not isinstance(document, list):
-        return None
-    index = next(
-        (i for i, item in enumerate(document) if isinstance(item, dict) and item.get("name") == "Record"), None
-    )
-    if index is None:
-        index = len(document) - 1
-    zigzag, prefix = index << 1, bytearray()  # an Avro int: zig-zag, then base-128 varint
-    while True:
-        byte = zigzag & 0x7F
-        zigzag >>= 7
-        if zigzag:
-            prefix.append(byte | 0x80)
-        else:
-            prefix.append(byte)
-            return bytes(prefix)
 
 
 def _read(schema, body: bytes) -> tuple[dict | None, int, Exception | None]:
@@ -103,7 +90,7 @@ class DtsReader:
         record, used, error = _read(schema, body)
         if record is not None and used == len(body):
             return record
-        prefix = _union_prefix(self.writer_schema)
+        prefix = union_prefix(self.writer_schema)
         if prefix and body.startswith(prefix):
             union_record, union_used, _ = _read(schema, body[len(prefix) :])
             if union_record is not None and union_used == len(body) - len(prefix):
@@ -113,37 +100,6 @@ class DtsReader:
         raise DecodeError(
             S.REASON_BAD_AVRO, f"raw Avro does not decode as a DTS Record: {type(error).__name__}: {error}"
         )
-
-
-def split_object_name(object_name: str | None) -> tuple[str | None, str | None, str | None]:
-    """(db, schema, table) of ``db.table`` / ``db.schema.table``; a '.' inside a name arrives escaped as \\u002E."""
-    if not object_name:
-        return None, None, None
-    parts = object_name.split(".")
-    for escaped in ESCAPED_DOT:
-        parts = [part.replace(escaped, ".") for part in parts]
-    if len(parts) == 1:
-        return None, None, parts[0]
-    if len(parts) == 2:
-        return parts[0], None, parts[1]
-    if len(parts) == 3:
-        return parts[0], parts[1], parts[2]
-    raise DecodeError(S.REASON_MISSING_TABLE, f"objectName {object_name!r} is not db.table or db.schema.table")
-
-
-def key_columns_of(tags: dict | None) -> list[str] | None:
-    """PRIMARY of ``tags.pk_uk_info``, else its first unique key; None when the record names none."""
-    info = (tags or {}).get("pk_uk_info")
-    if not info:
-        return None
-    try:
-        keys = json.loads(info)
-    except json.JSONDecodeError:
-        raise DecodeError(S.REASON_MISSING_KEY, f"tags.pk_uk_info is not JSON: {info[:100]!r}") from None
-    if not isinstance(keys, dict):
-        return None
-    chosen = keys.get("PRIMARY") or next((columns for columns in keys.values() if columns), None)
-    return [str(column) for column in chosen] if chosen else None
 
 
 def _image(
@@ -268,6 +224,39 @@ def reader_of(pipeline: PipelineConfig) -> DtsReader:
     return DtsReader(str(path))
 
 
-def decode(records: DataFrame, pipeline: PipelineConfig, *, base_state: DataFrame | None = None) -> DataFrame:
+def decode_in_python(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
     configured = {table_id: dict(table.column_types) for table_id, table in pipeline.tables.items()}
     return decode_with_python(records, partial(decode_record, reader_of(pipeline), configured), pipeline)
+
+
+# `reader: auto` decodes natively from this many records on (docs/benchmarks.md, forty-ninth session).
+NATIVE_MIN_RECORDS = 100_000
+
+
+def reads_natively(pipeline: PipelineConfig, record_count: int | None = None) -> bool:
+    """Whether ``from_avro`` decodes what ``dts_avro_native`` vouches for, the Python decoder the rest
+    (``options.reader``, as ``native_json.reader_chooses_native`` reads it)."""
+    return reader_chooses_native(pipeline, record_count, NATIVE_MIN_RECORDS)
+
+
+def decode_natively(records: DataFrame, pipeline: PipelineConfig, record_count: int | None = None) -> DataFrame | None:
+    """Every record with its native decoding and the ``native`` flag, or None when the session has no spark-avro or
+    the writer schema's images are not DTS's value union (then every record is decoded in Python). The transaction
+    and heartbeat records are taken even when no table version of the sample has a plan."""
+    if not avro_functions_loaded(records.sparkSession):
+        log.warning(
+            "pipeline %s: spark-avro is not on this Spark session's classpath (%s); decoding in Python. "
+            "scripts/setup.sh fetches it; spark-submit needs it in --jars",
+            pipeline.name,
+            jars.SPARK_AVRO.file_name,
+        )
+        return None
+    reading = dts_avro_native.reading_of(str(reader_of(pipeline).writer_schema))
+    if reading is None:
+        return None
+    plans = dts_avro_native.table_plans(records, pipeline, reading, sample_rate(record_count))
+    return dts_avro_native.native_rows(records, pipeline, reading, plans)
+
+
+def decode(records: DataFrame, pipeline: PipelineConfig, *, base_state: DataFrame | None = None) -> DataFrame:
+    return decode_by_reader(records, pipeline, reads_natively, decode_natively, decode_in_python)

@@ -30,7 +30,7 @@ def _signed_range(bits: int) -> str:
 
 
 # A calendar date of years 1..9999: February 29 only of a leap year (divisible by 4, and by 400 at a century).
-_DATE = (
+CALENDAR_DATE = (
     r"(?:(?:000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})-"
     r"(?:(?:0[1-9]|1[0-2])-(?:0[1-9]|1[0-9]|2[0-8])|(?:0[13-9]|1[0-2])-(?:29|30)|(?:0[13578]|1[02])-31)"
     r"|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)-02-29)"
@@ -49,9 +49,9 @@ VALUE_FORMS = {
     "float": _REAL,
     "double": _REAL,
     # A time of day of midnight is allowed (Oracle's DATE as DRS prints it): the cast drops it and loses nothing.
-    "date": f"{_DATE}(?: 00:00:00)?",
-    "timestamp": f"{_DATE}(?: {_TIME})?",
-    "timestamp_ntz": f"{_DATE}(?: {_TIME})?",
+    "date": f"{CALENDAR_DATE}(?: 00:00:00)?",
+    "timestamp": f"{CALENDAR_DATE}(?: {_TIME})?",
+    "timestamp_ntz": f"{CALENDAR_DATE}(?: {_TIME})?",
 }
 # Any text without the characters U+0001..U+0003, which a native decoder joins and marks values with (a key column of
 # type string).
