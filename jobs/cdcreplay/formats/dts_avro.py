@@ -1,7 +1,8 @@
 """Alibaba DTS Avro: raw Avro binary of ``com.alibaba.dts.formats.avro.Record`` (docs/format-spec.md section a3).
 
-Decoded in Python with fastavro (Spark here has no Avro reader), over Arrow batches by ``python_rows``; the writer
-schema is DTS's ``Record.avsc`` (option ``writer_schema``, required). Values are typed by ``dts_avro_values``.
+The reference decoder: Python with fastavro, over Arrow batches by ``python_rows``; the writer schema is DTS's
+``Record.avsc`` (option ``writer_schema``, required). Values are typed by ``dts_avro_values``. Spark's ``from_avro``
+decodes what it can render exactly (``dts_avro_native``; ``options.reader``), this decoder the rest.
 
 Framing. DTS writes the Record alone (SpecificDatumWriter: no magic byte, no union index). A file written with the
 whole ``Record.avsc`` array as a union schema starts with the union branch index of Record instead (byte 0x1a for
@@ -229,8 +230,11 @@ def decode_in_python(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
     return decode_with_python(records, partial(decode_record, reader_of(pipeline), configured), pipeline)
 
 
-# `reader: auto` decodes natively from this many records on (docs/benchmarks.md, forty-ninth session).
-NATIVE_MIN_RECORDS = 100_000
+# `reader: auto` decodes natively from this many records on. Measured on 2 cores (docs/benchmarks.md, forty-ninth
+# session), the decode stage of the simulator's archives: native 40.0-43.3 s against 29.7 s in Python at 339,305
+# records, 132.3 s against 180.5 s at 3,401,522: the two cross near 1,000,000 (from_avro's reading of nested records,
+# the JIT's warm-up of the conversions and the sampling pass cost the native path its first ~13 s).
+NATIVE_MIN_RECORDS = 1_000_000
 
 
 def reads_natively(pipeline: PipelineConfig, record_count: int | None = None) -> bool:

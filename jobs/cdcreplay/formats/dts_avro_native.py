@@ -12,10 +12,11 @@ branches its values may hold and how each becomes the Python decoder's text and 
 Taken natively: the INSERT, UPDATE, DELETE and INIT records of a planned table version from a MySQL source whose every
 value converts as the Python decoder converts it (guards below), whose key has a value in every key column, whose
 update does not move its row to another key, and that leave out (EmptyObject) only what the Python decoder keeps; and
-the transaction and heartbeat records (control rows). Everything else is Python's: DDL and DTS-internal records, other
-sources, other type codes (TIME, YEAR, geometries), charsets other than UTF-8 (and ASCII text in ascii or latin1),
-and a record whose Avro strings are not all UTF-8 (fastavro refuses it, Java would not). When the writer schema file
-is the union of DTS's named types, a value that starts with Record's union index may be framed by it: Python's.
+the control records (transaction, heartbeat, DDL, DTS-internal), with the table a DDL names and the config's key and
+types of it. Everything else is Python's: other sources, other type codes (TIME, YEAR, geometries), charsets other
+than UTF-8 (and ASCII text in ascii or latin1), and a record whose Avro strings are not all UTF-8 (fastavro refuses
+it, Java would not). When the writer schema file is the union of DTS's named types, a value that starts with
+Record's union index may be framed by it: Python's.
 
 Guards, where Java and Python would write a value differently: a Float must print alike (``as_python_writes``); a
 DateTime or Timestamp must fall in years 1000-9999 (Python's ``%Y`` does not pad a shorter year) with a real calendar
@@ -37,11 +38,14 @@ from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
 from cdcreplay.formats.common import DECODED_DDL, KIND_CONTROL
 from cdcreplay.formats.debezium_avro_native import AVRO_OPTIONS, as_python_writes
-from cdcreplay.formats.debezium_native import MAX_KEY_COLUMNS, key_text
+from cdcreplay.formats.debezium_native import MAX_KEY_COLUMNS
 from cdcreplay.formats.dts_shareplex_native import value_form, values_ok
 from cdcreplay.formats.envelopes.dts_record import (
+    CONTROL_STREAM,
+    ESCAPED_DOT,
     FORMAT_ID,
     ROW_OPS,
+    STREAM_OPS,
     TRANSACTION_OPS,
     key_columns_of,
     split_object_name,
@@ -94,6 +98,10 @@ CP1252_BYTES = "^(?:[0-9A-F]{2})*[89]"  # the hex of bytes with one in 0x80-0x9F
 BINARY_CHARSET = "binary"
 # Seconds since the epoch of years 1000..9999, the range whose texts Python pads as Java does.
 FIRST_SECOND, LAST_SECOND = -30610224000, 253402300799
+# The key of a map entry being built where there is none: removed before the map is made (``array_compact`` would
+# remove NULLs, but it is a lambda Spark evaluates interpreted, and with it every expression below it). No column
+# name holds it (``table_plan``).
+NO_ENTRY_KEY = "\u0000"
 SEPARATOR = "\u0001"  # between strings checked together for UTF-8: ASCII, so no invalid tail joins a valid head
 
 
@@ -194,13 +202,19 @@ class TablePlan:
     def table_id(self) -> str:
         return table_id_of(*self.source)
 
+    @property
+    def unfielded(self) -> tuple[tuple[str, str], ...]:
+        """The configured types of columns the fields do not name (routing adds them to every row's types)."""
+        names = {name for name, _ in self.fields}
+        return tuple((name, spark_type) for name, spark_type in self.configured if name not in names)
+
 
 def table_plan(object_name: str, fields: list, pk_uk_info: str | None, pipeline: PipelineConfig) -> TablePlan | None:
     """The plan of one table version seen in the records, or None when its records are left to Python."""
     if not fields or any(f is None or f["name"] is None or f["dataTypeNumber"] not in NATIVE_CODES for f in fields):
         return None
     names = [f["name"] for f in fields]
-    if len(set(names)) != len(names):
+    if len(set(names)) != len(names) or any(NO_ENTRY_KEY in name for name in names):
         return None
     try:
         source = split_object_name(object_name)
@@ -415,6 +429,8 @@ def _element(element: Column, name: str, code: int, configured: dict[str, str], 
         text = F.when(present, value_text).otherwise(text)
         spark_type = F.when(present, value_type).otherwise(spark_type)
         ok = ok | (present & value_ok)
+    if name in configured:  # routing puts the config's type over the message's
+        spark_type = F.lit(configured[name])
     parts = {
         "name": F.lit(name),
         "text": text,
@@ -433,7 +449,7 @@ def _element_columns(record: Column, plan: Column, plans: list[TablePlan], readi
     """Per image and position, the element of the record's plan (``_a0``, ``_a1``, ... of the after image, ``_b0``,
     ... of the before image; NULL past the plan's fields), each its own column: converted once, and each a small
     expression (the checks of a whole image in one expression outgrow the JVM's 64 KB method limit). And ``_width``,
-    the plan's number of fields, and ``_configured``, its configured column types."""
+    the plan's number of fields, and where a plan has them ``_unfielded``, its ``TablePlan.unfielded`` types."""
     width = max((len(p.fields) for p in plans), default=0)
     columns = []
     for prefix, side in IMAGES:
@@ -447,17 +463,25 @@ def _element_columns(record: Column, plan: Column, plans: list[TablePlan], readi
             ]
             columns.append(N.per_plan(plan, converted, F.lit(None).cast(ELEMENT)).alias(f"{prefix}{index}"))
     columns.append(N.per_plan(plan, [F.lit(len(p.fields)) for p in plans], F.lit(None).cast("int")).alias("_width"))
-    configured = [N.literal_map(dict(p.configured)) for p in plans]
-    columns.append(N.per_plan(plan, configured, N.literal_map({})).alias("_configured"))
+    if any(p.unfielded for p in plans):
+        unfielded = [N.literal_map(dict(p.unfielded)) for p in plans]
+        columns.append(N.per_plan(plan, unfielded, N.literal_map({})).alias("_unfielded"))
     return columns
 
 
-def _map_of(entries: list[Column]) -> Column:
-    """The map of the (key, value) structs among ``entries`` that are not NULL."""
-    return F.map_from_entries(F.array_compact(F.array(*entries))) if entries else N.literal_map({})
+def _map_of(entries: list[tuple[Column, Column, Column]]) -> Column:
+    """The map of the (key, value) of each (condition, key, value) of ``entries`` whose condition holds."""
+    if not entries:
+        return N.literal_map({})
+    no_entry = F.struct(F.lit(NO_ENTRY_KEY).alias("key"), F.lit(None).cast("string").alias("value"))
+    structs = [
+        F.when(condition, F.struct(key.alias("key"), value.alias("value"))).otherwise(no_entry)
+        for condition, key, value in entries
+    ]
+    return F.map_from_entries(F.array_remove(F.array(*structs), no_entry))
 
 
-def _image_columns(record: Column, width: int) -> list[Column]:
+def _image_columns(record: Column, width: int, columns: list[str]) -> list[Column]:
     """From the element columns: the images as maps without their absent columns (``_after``, ``_before``), the row's
     column types (``_types``) and ``_images_ok``: every value converts, each image is a list of one value per field,
     and the images the operation needs are there."""
@@ -465,10 +489,7 @@ def _image_columns(record: Column, width: int) -> list[Column]:
     values = {prefix: record[side]["member1"] for prefix, side in IMAGES}
     out, ok = {}, F.col("_plan") >= 0
     for prefix, side in IMAGES:
-        entries = [
-            F.when(e["name"].isNotNull() & ~e["absent"], F.struct(e["name"].alias("key"), e["text"].alias("value")))
-            for e in elements[prefix]
-        ]
+        entries = [(e["name"].isNotNull() & ~e["absent"], e["name"], e["text"]) for e in elements[prefix]]
         out[prefix] = F.when(values[prefix].isNotNull(), _map_of(entries))
         images = record[side]
         ok = ok & (images.isNull() | (images["member0"].isNull() & (F.size(values[prefix]) == F.col("_width"))))
@@ -481,20 +502,22 @@ def _image_columns(record: Column, width: int) -> list[Column]:
     types, any_absent, any_typed = [], F.lit(False), F.lit(False)
     for in_after, in_before in zip(elements["_a"], elements["_b"], strict=True):
         spark_type = F.coalesce(F.when(has_after, in_after["type"]), F.when(has_before, in_before["type"]))
-        types.append(F.when(spark_type.isNotNull(), F.struct(in_after["name"].alias("key"), spark_type.alias("value"))))
+        types.append((in_after["name"].isNotNull() & spark_type.isNotNull(), in_after["name"], spark_type))
         # An after image that leaves columns out is applied only when one of them has a type
         # (``dts_avro._declared_absent``: compaction then keeps their stored values).
         absent = F.coalesce(in_after["absent"], F.lit(False))
         any_absent = any_absent | absent
         any_typed = any_typed | (absent & (in_after["typed"] | (has_before & in_before["type"].isNotNull())))
     declared = _map_of(types)
+    if "_unfielded" in columns:
+        declared = F.map_concat(declared, F.col("_unfielded"))
     present = F.when(record["operation"] == "DELETE", has_before & record["afterImages"].isNull()).otherwise(
         has_after & (~any_absent | any_typed)
     )
     return [
         out["_a"].alias("_after"),
         out["_b"].alias("_before"),
-        F.map_concat(declared, F.col("_configured")).alias("_types"),
+        declared.alias("_types"),
         F.coalesce(ok & present, F.lit(False)).alias("_images_ok"),
     ]
 
@@ -524,20 +547,27 @@ def _plan_key(record: Column, plan: TablePlan) -> dict[str, Column]:
     configured types hold its values, the key has a value in every column, and an update does not move the row."""
     operation = record["operation"]
     after, before = F.col("_after"), F.col("_before")
-    # An absent key column did not change: the before image names the row.
-    key_image = F.when(operation == "DELETE", before).otherwise(
-        F.map_concat(F.coalesce(before, N.literal_map({})), after)
-    )
-    keys = F.array(*[F.lit(name) for name in plan.key_columns])
-    key = key_text(key_image, keys)
+    # A delete names its row by its before image; a change by its after image, where a key column it leaves out (did
+    # not change) by its before image.
+    values = [
+        F.when(operation == "DELETE", before[name])
+        .when(F.map_contains_key(after, name), after[name])
+        .otherwise(before[name])
+        for name in plan.key_columns
+    ]
+    complete = F.lit(True)
+    for value in values:
+        complete = complete & value.isNotNull()
+    key = F.when(complete, F.to_json(F.array(*values)))  # routing.key_text
     forms = [(name, value_form(spark_type)) for name, spark_type in plan.configured]
     forms += [(name, value_form("string")) for name in plan.key_columns if name not in dict(plan.configured)]
     ok = (
         values_ok(after, forms)
         & values_ok(before, forms)
-        & key.isNotNull()
+        & complete
         & ~((operation == "UPDATE") & _moved(before, after, plan.message_keys))
     )
+    keys = F.array(*[F.lit(name) for name in plan.key_columns])
     return {"key": key, "key_columns": keys, "_key_ok": F.coalesce(ok, F.lit(False))}
 
 
@@ -567,25 +597,72 @@ def _strings_ok(record: Column) -> Column:
     return record["operation"].isNotNull() & _utf8(*strings)
 
 
-def _controls(record: Column, event_time: Column) -> tuple[Column, Column, dict[str, Column]]:
-    """(the record is a transaction or heartbeat record, whether the native path takes it, its control row's columns).
-    The Python decoder splits the objectName of such a record: more than three parts is a quarantine. A record that
-    also carries fields or images is Python's (their strings would need checking for nothing)."""
+def _identity(object_name: Column) -> dict[str, Column]:
+    """``split_object_name`` of a control record's objectName (at most three parts, checked apart): source_db,
+    source_schema, source_table and the table id routing makes of them (``routing.table_id_of``: the empty parts
+    left out, none without a table)."""
+    parts = F.split(object_name, r"\.")
+    count = F.size(parts)
+
+    def part(index: Column) -> Column:
+        value = F.try_element_at(parts, index)
+        for escaped in ESCAPED_DOT:
+            value = F.replace(value, F.lit(escaped), F.lit("."))
+        return value
+
+    db = F.when(count >= 2, part(F.lit(1)))
+    schema = F.when(count == 3, part(F.lit(2)))
+    table = F.when(object_name != "", part(count))
+    kept = [F.when(value != "", value) for value in (db, schema)]
+    table_id = F.when(table != "", F.concat_ws(".", *kept, table))
+    return {"source_db": db, "source_schema": schema, "source_table": table, "table_id": table_id}
+
+
+def _configured_for(table_id: Column, pipeline: PipelineConfig) -> tuple[Column, Column]:
+    """(the config's key columns, the config's column types) of ``table_id``, as routing adds them to a control row."""
+    keys, types = F.lit(None).cast("array<string>"), N.literal_map({})
+    for configured_id, table in pipeline.tables.items():
+        if table.primary_key:
+            keys = F.when(table_id == configured_id, F.array(*[F.lit(c) for c in table.primary_key])).otherwise(keys)
+        if table.column_types:
+            types = F.when(table_id == configured_id, N.literal_map(dict(table.column_types))).otherwise(types)
+    return keys, types
+
+
+def _controls(record: Column, event_time: Column, pipeline: PipelineConfig) -> tuple[Column, Column, dict[str, Column]]:
+    """(the record is a control record, whether the native path takes it, its control row's columns), as
+    ``dts_avro.decode_record`` writes them: a transaction (BEGIN, COMMIT, ROLLBACK, ABORT), a heartbeat, a DDL (its
+    SQL text, the images' string branch) and a DTS-internal record (``stream``), the last two with the table their
+    objectName names. The Python decoder splits the objectName of each: more than three parts is a quarantine. A
+    record that also carries fields or other images is Python's (their strings would need checking for nothing)."""
     operation, object_name = record["operation"], record["objectName"]
     is_transaction, is_heartbeat = operation.isin(*TRANSACTION_OPS), operation == "HEARTBEAT"
-    bare = record["fields"].isNull() & record["beforeImages"].isNull() & record["afterImages"].isNull()
+    is_ddl, is_stream = operation == "DDL", operation.isin(*STREAM_OPS)
+    ddl_text = record["afterImages"]["member0"]
+    bare = record["fields"].isNull() & record["beforeImages"].isNull()
+    bare = bare & (record["afterImages"].isNull() | (is_ddl & ddl_text.isNotNull() & _utf8(ddl_text)))
     names_ok = object_name.isNull() | (F.size(F.split(object_name, r"\.")) <= 3)
-    ok = bare & names_ok & (is_transaction | (is_heartbeat & event_time.isNotNull()))
+    kind_ok = is_transaction | is_ddl | is_stream | (is_heartbeat & event_time.isNotNull())
     transaction = F.concat(operation, F.lit(" txid="), record["sourceTxid"], F.lit(" id="), record["id"].cast("string"))
     heartbeat = F.date_format(event_time, "yyyy-MM-dd'T'HH:mm:ss'+00:00'")  # the watermark's isoformat()
+    stream = F.concat(operation, F.lit(" id="), record["id"].cast("string"))
+    kind = F.when(is_transaction, F.lit(S.CONTROL_TRANSACTION)).when(is_heartbeat, F.lit(S.CONTROL_HEARTBEAT))
+    kind = kind.when(is_ddl, F.lit(S.CONTROL_DDL_KIND)).when(is_stream, F.lit(CONTROL_STREAM))
+    detail = F.when(is_transaction, transaction).when(is_heartbeat, heartbeat).when(is_ddl, ddl_text)
+    # Only a DDL and a DTS-internal record name their table.
+    named = is_ddl | is_stream
+    identity = {name: F.when(named, value) for name, value in _identity(object_name).items()}
+    keys, types = _configured_for(identity["table_id"], pipeline)
     row = {
         "record_kind": F.lit(KIND_CONTROL),
-        "control_kind": F.when(is_transaction, F.lit(S.CONTROL_TRANSACTION)).otherwise(F.lit(S.CONTROL_HEARTBEAT)),
-        "detail": F.when(is_transaction, transaction).otherwise(heartbeat),
-        "column_types": N.literal_map({}),
+        "control_kind": kind,
+        "detail": detail.otherwise(stream),
+        **identity,
+        "key_columns": keys,
+        "column_types": types,
         "event_time": F.when(is_heartbeat, event_time),
     }
-    return is_transaction | is_heartbeat, ok, row
+    return is_transaction | is_heartbeat | named, bare & names_ok & kind_ok, row
 
 
 # A control row keeps these columns of the changelog row; every other one it sets, or leaves NULL.
@@ -604,14 +681,14 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, reading: Reading, 
     located = _parsed(records, reading).select("*", F.coalesce(plan_index, F.lit(-1)).alias("_plan"))
     width = max((len(p.fields) for p in plans), default=0)
     converted = located.select("*", *_element_columns(record, plan, plans, reading))
-    imaged = converted.select("*", *_image_columns(record, width))
+    imaged = converted.select("*", *_image_columns(record, width, converted.columns))
     keys = [_plan_key(record, p) for p in plans]
     keyed = imaged.select("*", *_per_plan(plan, keys, ("key", "key_columns", "_key_ok"), types))
 
     operation = record["operation"]
     seconds = record["sourceTimestamp"]
     event_time = F.timestamp_seconds(F.when(seconds.between(FIRST_SECOND, LAST_SECOND), seconds))
-    is_control, control_ok, control = _controls(record, event_time)
+    is_control, control_ok, control = _controls(record, event_time, pipeline)
     readable = ~F.col("_framed") & _strings_ok(record)
     change_ok = (record["source"]["sourceType"] == MYSQL) & F.col("_images_ok") & F.col("_key_ok")  # NULL: no plan
     taken = readable & F.when(operation.isin(*ROW_OPS), change_ok & event_time.isNotNull()).otherwise(control_ok)
