@@ -59,7 +59,7 @@ PY_FILES = os.environ.get("CDCREPLAY_PY_FILES") or None
 # (scripts/setup.sh; the Airflow image) into CDCREPLAY_JARS_DIR (tests/test_dags.py holds the two equal):
 # spark-submit's --jars puts them on the driver's and the executors' classpath. Delta Lake holds the tables and the
 # state; hadoop-aws and the AWS SDK reach s3a:// archives and warehouses; spark-avro (from_avro) decodes Debezium
-# Avro natively, which without it decodes in Python.
+# and DTS Avro natively, which without it decode in Python.
 JARS_DIR = Path(os.environ.get("CDCREPLAY_JARS_DIR") or REPO / ".venv" / "jars")
 SPARK_JARS = ",".join(sorted(str(jar) for jar in JARS_DIR.glob("*.jar"))) or None
 # Sized for a 2-core, few-GiB machine; spark-submit ignores the executor settings under local[*].

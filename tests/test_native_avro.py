@@ -219,8 +219,8 @@ def test_two_pass_write_equals_decode(spark, tmp_path):
 def test_without_spark_avro_every_record_decodes_in_python_and_the_log_says_why(spark, tmp_path, monkeypatch, caplog):
     history = simulate(seed=5, events=50, days=1)
     frame = records_frame(spark, [(r.key, r.value, list(r.headers)) for r in encode_debezium_avro(history, tmp_path)])
-    monkeypatch.setattr(debezium_avro, "avro_functions_loaded", lambda session: False)
-    with caplog.at_level(logging.WARNING, logger=debezium_avro.__name__):
+    monkeypatch.setattr(debezium_avro_native, "avro_functions_loaded", lambda session: False)
+    with caplog.at_level(logging.WARNING, logger=debezium_avro_native.__name__):
         assert debezium_avro.decode_natively(frame, _pipeline(tmp_path / "_schemas")) is None
     assert "spark-avro is not on this Spark session's classpath" in caplog.text
     assert jars.SPARK_AVRO.file_name in caplog.text

@@ -10,13 +10,14 @@ keys from the config, the tags or none, and the records the native path leaves t
 from __future__ import annotations
 
 import io
+import logging
 
 import fastavro
 from alibaba_helpers import DTS_FIELDS, DTS_RECORD_AVSC, NONE, dts, row, value
-from native_helpers import native_flags_of_messages
+from native_helpers import native_flags_of_messages, records_frame
 
 from cdcreplay.config import PipelineConfig
-from cdcreplay.formats import dts_avro
+from cdcreplay.formats import debezium_avro_native, dts_avro
 from cdcreplay.formats.dts_avro_native import record_read_schema
 from cdcreplay_lab.simulator import simulate
 from cdcreplay_lab.simulator.dts_record_schema import RECORD_SCHEMA, parsed_record_schema, write_record_schema
@@ -227,7 +228,8 @@ def test_corner_cases_are_decoded_natively_only_where_the_paths_agree(spark):
 def test_a_configured_key_and_configured_types_are_applied_as_routing_applies_them(spark):
     """``tables.<t>.primary_key`` names the key whatever the tags say; a value its configured type cannot hold is
     Python's (routing quarantines it)."""
-    tables = {"shop.t": {"primary_key": ["name"], "column_types": {"id": "int", "note": "string"}}}
+    # ``dropped`` is no field of the records: routing adds its type to every row all the same.
+    tables = {"shop.t": {"primary_key": ["name"], "column_types": {"id": "int", "note": "string", "dropped": "int"}}}
     values = [
         dts("INSERT", 1, after=row(1)),
         dts("INSERT", 2, after=row(2), tags={}),
@@ -236,3 +238,12 @@ def test_a_configured_key_and_configured_types_are_applied_as_routing_applies_th
         dts("DDL", 5, fields=None, after="ALTER TABLE t ADD COLUMN x INT"),  # its row names the key and types
     ]
     assert _flags(spark, values, _pipeline(tables)) == [True, True, False, False, True]
+
+
+def test_without_spark_avro_every_record_decodes_in_python_and_the_log_says_why(spark, monkeypatch, caplog):
+    records = records_frame(spark, [(None, dts("INSERT", 1, after=row(1)), [])])
+    monkeypatch.setattr(debezium_avro_native, "avro_functions_loaded", lambda session: False)
+    with caplog.at_level(logging.WARNING, logger=debezium_avro_native.__name__):
+        assert dts_avro.decode_natively(records, _pipeline()) is None
+    assert "spark-avro is not on this Spark session's classpath" in caplog.text
+    assert [row.op for row in dts_avro.decode(records, _pipeline()).collect()] == ["insert"]

@@ -7,7 +7,7 @@ straight from a cluster (``archive.layout: kafka``). ``scripts/setup.sh`` runs `
 download each pinned jar into ``.venv/jars`` and check its SHA-1; nothing is downloaded at run time
 (``--test-servers`` also fetches the servers the tests start: s3proxy and a Kafka broker). A session the package
 starts puts the jars that are there on ``spark.jars`` (``cdcreplay.spark.build_session``); the DAG hands the same
-paths to spark-submit. Without spark-avro, Debezium Avro decodes in Python and says so; without Delta no run can
+paths to spark-submit. Without spark-avro, Debezium and DTS Avro decode in Python and say so; without Delta no run can
 start (``cdcreplay.spark`` names the command that fetches it).
 """
 

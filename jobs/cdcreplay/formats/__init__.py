@@ -101,7 +101,7 @@ REGISTRY: dict[str, FormatSpec] = {
             "reader": FormatOption(
                 "choice",
                 "auto (default), spark or python: spark has Spark's from_avro decode the MySQL row changes it can "
-                "render exactly and the transaction and heartbeat records (needs spark-avro, which set-up fetches) "
+                "render exactly and the control records (needs spark-avro, which set-up fetches) "
                 "and Python the rest, python decodes every record with fastavro, auto is spark for a run of at least "
                 "1,000,000 records (the same rows either way)",
                 ("auto", "python", "spark"),

@@ -14,7 +14,6 @@ value directly. So op mapping, snapshot markers, positions and type conversion e
 from __future__ import annotations
 
 import json
-import logging
 import struct
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -22,18 +21,15 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame
 
-from cdcreplay import jars
 from cdcreplay import schema as S
 from cdcreplay.config import ConfigError, PipelineConfig
-from cdcreplay.formats.debezium_avro_native import avro_functions_loaded, native_rows, plans_for
+from cdcreplay.formats.debezium_avro_native import from_avro_available, native_rows, plans_for
 from cdcreplay.formats.envelopes.debezium_events import SchemaInfo, event_entries, schema_info
 from cdcreplay.formats.python_rows import DecodeError, RawRecord, decode_with_python
 from cdcreplay.formats.values.avro_connect import ConnectRenderer
 from cdcreplay.formats.wire.avro_wire import AvroWire
 from cdcreplay.formats.wire.json_reader import EXACT
 from cdcreplay.formats.wire.native_json import decode_by_reader, reader_chooses_native, sample_rate
-
-log = logging.getLogger(__name__)
 
 FORMAT_ID = "debezium-avro"
 # `reader: auto` decodes natively from this many records on. from_avro pays for its pass sooner than the JSON reader
@@ -219,13 +215,7 @@ def decode_natively(records: DataFrame, pipeline: PipelineConfig, record_count: 
     """Every record with its native decoding and the ``native`` flag, or None when the session has no spark-avro or
     no schema of the input has a native plan (then every record is decoded in Python). ``record_count``, when
     known, lets the schema-id pass sample a large input."""
-    if not avro_functions_loaded(records.sparkSession):
-        log.warning(
-            "pipeline %s: spark-avro is not on this Spark session's classpath (%s); decoding in Python. "
-            "scripts/setup.sh fetches it; spark-submit needs it in --jars",
-            pipeline.name,
-            jars.SPARK_AVRO.file_name,
-        )
+    if not from_avro_available(records.sparkSession, pipeline):
         return None
     plans, keys = plans_for(records, schemas_for(pipeline), sample_rate(record_count))
     return native_rows(records, pipeline, plans, keys) if plans and keys else None

@@ -31,6 +31,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 
+from cdcreplay import jars
 from cdcreplay.config import PipelineConfig
 from cdcreplay.formats.debezium_native import (
     CHECKS,
@@ -108,6 +109,19 @@ def avro_functions_loaded(spark) -> bool:
     except Exception:  # py4j wraps ClassNotFoundException
         return False
     return True
+
+
+def from_avro_available(spark, pipeline: PipelineConfig) -> bool:
+    """``avro_functions_loaded``, and when it is not, a warning that the pipeline decodes in Python and why."""
+    if avro_functions_loaded(spark):
+        return True
+    log.warning(
+        "pipeline %s: spark-avro is not on this Spark session's classpath (%s); decoding in Python. "
+        "scripts/setup.sh fetches it; spark-submit needs it in --jars",
+        pipeline.name,
+        jars.SPARK_AVRO.file_name,
+    )
+    return False
 
 
 # --- schemas ---------------------------------------------------------------------------------------------------------

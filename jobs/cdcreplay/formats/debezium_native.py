@@ -352,15 +352,10 @@ def _key_columns(key_text: Column) -> tuple[Column, Column]:
 
 
 def key_text(image: Column, key_columns: Column) -> Column:
-    """The key as ``routing.key_text`` writes it (a JSON array of texts), or NULL when a key value is missing (or
-    there are more than MAX_KEY_COLUMNS key columns). The values are checked one by one: ``array_compact`` is a
-    lambda Spark evaluates interpreted, and with it every expression below it."""
-    count = F.size(key_columns)
+    """The key as ``routing.key_text`` writes it (a JSON array of texts), or NULL when a key value is missing."""
     candidates = [F.try_element_at(image, F.try_element_at(key_columns, F.lit(i + 1))) for i in range(MAX_KEY_COLUMNS)]
-    complete = count <= MAX_KEY_COLUMNS
-    for index, candidate in enumerate(candidates):
-        complete = complete & ((F.lit(index) >= count) | candidate.isNotNull())
-    return F.when(complete, F.to_json(F.slice(F.array(*candidates), 1, count)))
+    values = F.slice(F.array(*candidates), 1, F.size(key_columns))
+    return F.when(F.size(F.array_compact(values)) == F.size(key_columns), F.to_json(values))
 
 
 def _key_change_provenance(headers: Column) -> tuple[Column, Column]:

@@ -30,18 +30,16 @@ Key: ``tags.pk_uk_info`` (``{"PRIMARY": [...], "<unique key>": [...]}``): PRIMAR
 from __future__ import annotations
 
 import io
-import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
 
 from pyspark.sql import DataFrame
 
-from cdcreplay import jars
 from cdcreplay import schema as S
 from cdcreplay.config import ConfigError, PipelineConfig
 from cdcreplay.formats import dts_avro_native
-from cdcreplay.formats.debezium_avro_native import avro_functions_loaded
+from cdcreplay.formats.debezium_avro_native import from_avro_available
 from cdcreplay.formats.envelopes.dts_record import (
     CONTROL_STREAM,
     FORMAT_ID,
@@ -64,8 +62,6 @@ from cdcreplay.formats.python_rows import (
 from cdcreplay.formats.values.dts_avro_values import ABSENT, convert
 from cdcreplay.formats.wire.avro_wire import AvroWire, check_writer_schema
 from cdcreplay.formats.wire.native_json import decode_by_reader, reader_chooses_native, sample_rate
-
-log = logging.getLogger(__name__)
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -245,15 +241,9 @@ def reads_natively(pipeline: PipelineConfig, record_count: int | None = None) ->
 
 def decode_natively(records: DataFrame, pipeline: PipelineConfig, record_count: int | None = None) -> DataFrame | None:
     """Every record with its native decoding and the ``native`` flag, or None when the session has no spark-avro or
-    the writer schema's images are not DTS's value union (then every record is decoded in Python). The transaction
-    and heartbeat records are taken even when no table version of the sample has a plan."""
-    if not avro_functions_loaded(records.sparkSession):
-        log.warning(
-            "pipeline %s: spark-avro is not on this Spark session's classpath (%s); decoding in Python. "
-            "scripts/setup.sh fetches it; spark-submit needs it in --jars",
-            pipeline.name,
-            jars.SPARK_AVRO.file_name,
-        )
+    the writer schema's images are not DTS's value union (then every record is decoded in Python). The control
+    records are taken even when no table version of the sample has a plan."""
+    if not from_avro_available(records.sparkSession, pipeline):
         return None
     reading = dts_avro_native.reading_of(str(reader_of(pipeline).writer_schema))
     if reading is None:

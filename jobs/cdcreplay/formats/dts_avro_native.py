@@ -98,9 +98,8 @@ CP1252_BYTES = "^(?:[0-9A-F]{2})*[89]"  # the hex of bytes with one in 0x80-0x9F
 BINARY_CHARSET = "binary"
 # Seconds since the epoch of years 1000..9999, the range whose texts Python pads as Java does.
 FIRST_SECOND, LAST_SECOND = -30610224000, 253402300799
-# The key of a map entry being built where there is none: removed before the map is made (``array_compact`` would
-# remove NULLs, but it is a lambda Spark evaluates interpreted, and with it every expression below it). No column
-# name holds it (``table_plan``).
+# The key of a map entry being built where there is none: removed before the map is made (``_map_of``). No column
+# name of a plan holds it (``table_plan``).
 NO_ENTRY_KEY = "\u0000"
 SEPARATOR = "\u0001"  # between strings checked together for UTF-8: ASCII, so no invalid tail joins a valid head
 
@@ -470,7 +469,10 @@ def _element_columns(record: Column, plan: Column, plans: list[TablePlan], readi
 
 
 def _map_of(entries: list[tuple[Column, Column, Column]]) -> Column:
-    """The map of the (key, value) of each (condition, key, value) of ``entries`` whose condition holds."""
+    """The map<string,string> of the (key, value) of each (condition, key, value) of ``entries`` whose condition
+    holds. The others become an entry of NO_ENTRY_KEY that ``array_remove`` takes out: ``array_compact`` would drop
+    NULL entries, but it is a lambda, which Spark evaluates interpreted, and with it every expression below it (a
+    value's whole conversion)."""
     if not entries:
         return N.literal_map({})
     no_entry = F.struct(F.lit(NO_ENTRY_KEY).alias("key"), F.lit(None).cast("string").alias("value"))
@@ -481,10 +483,10 @@ def _map_of(entries: list[tuple[Column, Column, Column]]) -> Column:
     return F.map_from_entries(F.array_remove(F.array(*structs), no_entry))
 
 
-def _image_columns(record: Column, width: int, columns: list[str]) -> list[Column]:
+def _image_columns(record: Column, width: int, unfielded: bool) -> list[Column]:
     """From the element columns: the images as maps without their absent columns (``_after``, ``_before``), the row's
     column types (``_types``) and ``_images_ok``: every value converts, each image is a list of one value per field,
-    and the images the operation needs are there."""
+    and the images the operation needs are there. ``unfielded``: a plan has ``_unfielded`` types."""
     elements = {prefix: [F.col(f"{prefix}{index}") for index in range(width)] for prefix, _ in IMAGES}
     values = {prefix: record[side]["member1"] for prefix, side in IMAGES}
     out, ok = {}, F.col("_plan") >= 0
@@ -497,8 +499,7 @@ def _image_columns(record: Column, width: int, columns: list[str]) -> list[Colum
             ok = ok & F.coalesce(e["ok"], F.lit(True))
     has_after, has_before = values["_a"].isNotNull(), values["_b"].isNotNull()
     # The row's column types as the Python decoder collects them: each column's from the after image, else from the
-    # before image; the config's over them (the session's LAST_WIN map-key policy replaces a value in place, as the
-    # routing's dict update does).
+    # before image (an element's type is the config's where it names one, as routing puts it over the message's).
     types, any_absent, any_typed = [], F.lit(False), F.lit(False)
     for in_after, in_before in zip(elements["_a"], elements["_b"], strict=True):
         spark_type = F.coalesce(F.when(has_after, in_after["type"]), F.when(has_before, in_before["type"]))
@@ -509,7 +510,7 @@ def _image_columns(record: Column, width: int, columns: list[str]) -> list[Colum
         any_absent = any_absent | absent
         any_typed = any_typed | (absent & (in_after["typed"] | (has_before & in_before["type"].isNotNull())))
     declared = _map_of(types)
-    if "_unfielded" in columns:
+    if unfielded:
         declared = F.map_concat(declared, F.col("_unfielded"))
     present = F.when(record["operation"] == "DELETE", has_before & record["afterImages"].isNull()).otherwise(
         has_after & (~any_absent | any_typed)
@@ -681,7 +682,7 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, reading: Reading, 
     located = _parsed(records, reading).select("*", F.coalesce(plan_index, F.lit(-1)).alias("_plan"))
     width = max((len(p.fields) for p in plans), default=0)
     converted = located.select("*", *_element_columns(record, plan, plans, reading))
-    imaged = converted.select("*", *_image_columns(record, width, converted.columns))
+    imaged = converted.select("*", *_image_columns(record, width, any(p.unfielded for p in plans)))
     keys = [_plan_key(record, p) for p in plans]
     keyed = imaged.select("*", *_per_plan(plan, keys, ("key", "key_columns", "_key_ok"), types))
 
