@@ -2,8 +2,8 @@
 
 For every record the native path takes, its decoded rows must equal the Python decoder's rows field for field; every
 other record must be flagged and decoded in Python (``native_helpers.native_flags_of_messages``). Checked on a
-simulated history (every record but its DDL is taken, MINIMAL row images and latin1 text included) and hand-made corner
-cases: each binlog type's values at the edges where Java and Python would write them differently, partial images,
+simulated history (every record is taken: MINIMAL row images, latin1 text and a DDL record included) and hand-made
+corner cases: each binlog type's values at the edges where Java and Python would write them differently, partial images,
 keys from the config, the tags or none, and the records the native path leaves to Python.
 """
 
