@@ -10,6 +10,7 @@ keys from the config, the tags or none, and the records the native path leaves t
 from __future__ import annotations
 
 import io
+import json
 import logging
 
 import fastavro
@@ -17,8 +18,7 @@ from alibaba_helpers import DTS_FIELDS, DTS_RECORD_AVSC, NONE, dts, row, value
 from native_helpers import native_flags_of_messages, records_frame
 
 from cdcreplay.config import PipelineConfig
-from cdcreplay.formats import debezium_avro_native, dts_avro
-from cdcreplay.formats.dts_avro_native import record_read_schema
+from cdcreplay.formats import debezium_avro_native, dts_avro, dts_avro_native
 from cdcreplay_lab.simulator import simulate
 from cdcreplay_lab.simulator.dts_record_schema import RECORD_SCHEMA, parsed_record_schema, write_record_schema
 from cdcreplay_lab.simulator.encode_dts_avro import SCHEMA_FILE, encode_dts_avro, pipeline_settings
@@ -39,7 +39,7 @@ def _flags(spark, values: list[bytes], pipeline=None) -> list[bool]:
 
 
 def test_the_read_schema_writes_each_named_type_out_once_where_it_is_first_used():
-    read_schema, members = record_read_schema(RECORD_SCHEMA)
+    read_schema, members = dts_avro_native.record_read_schema(RECORD_SCHEMA)
     text = str(read_schema)
     for name in ("Integer", "DateTime", "EmptyObject", "Field", "Source"):
         assert text.count(f"'name': '{name}'") == 1, name
@@ -53,6 +53,25 @@ def test_the_read_schema_writes_each_named_type_out_once_where_it_is_first_used(
         )
     }
     fastavro.parse_schema(read_schema)  # a schema on its own
+
+
+def test_a_writer_schema_without_dts_value_union_leaves_every_record_to_python(spark, tmp_path):
+    """A Record.avsc whose images lack a branch the native path converts (here EmptyObject) has no native reading:
+    ``decode_natively`` gives None and ``decode`` is the Python decoder's."""
+    document = json.loads(DTS_RECORD_AVSC.read_text())
+    record = document[-1]
+    for field in record["fields"]:
+        if field["name"] in ("beforeImages", "afterImages"):
+            array = next(branch for branch in field["type"] if isinstance(branch, dict))
+            array["items"] = [b for b in array["items"] if not str(b).endswith("EmptyObject")]
+    path = tmp_path / "Record.avsc"
+    path.write_text(json.dumps(document))
+    assert dts_avro_native.reading_of(str(DTS_RECORD_AVSC)) is not None
+    assert dts_avro_native.reading_of(str(path)) is None
+    pipeline = _pipeline(writer_schema=str(path))
+    records = records_frame(spark, [(None, dts("INSERT", 1, after=_row(note=None)), [])])
+    assert dts_avro.decode_natively(records, pipeline) is None
+    assert [r.op for r in dts_avro.decode(records, pipeline).collect()] == ["insert"]
 
 
 def test_simulated_history_is_decoded_natively_as_in_python(spark, tmp_path):

@@ -72,18 +72,10 @@ from cdcreplay.formats.wire import native_json as N
 # generated projection, which must stay far below the JVM's 64 KB method limit.
 MAX_NATIVE_PLANS = 16
 MYSQL = "MySQL"
-# binlog type code -> (the branches its values may hold natively, its kind of conversion)
-NATIVE_CODES: dict[int, tuple[tuple[str, ...], str]] = {
-    **dict.fromkeys((1, 2, 9, 3, 8, 16), ((INTEGER,), "integer")),
-    **dict.fromkeys((0, 246), ((DECIMAL,), "decimal")),
-    **dict.fromkeys((4, 5), ((FLOAT,), "float")),
-    7: ((TIMESTAMP,), "timestamp"),
-    12: ((DATETIME,), "datetime"),
-    **dict.fromkeys((10, 14), ((DATETIME,), "date")),
-    **dict.fromkeys((15, 253, 254), ((CHARACTER,), "text")),
-    **dict.fromkeys((245, 247, 248), ((TEXT_OBJECT, CHARACTER), "text")),
-    **dict.fromkeys((249, 250, 251, 252), ((BINARY_OBJECT, TEXT_OBJECT, CHARACTER), "text")),
-}
+# The binlog type codes whose values the native path converts, each from the branches ``dts_avro_values.MYSQL_TYPES``
+# allows it. Left to Python: NULL (6), TIME (11), YEAR (13) and GEOMETRY (255).
+NATIVE_CODES = frozenset(MYSQL_TYPES) - {6, 11, 13, 255}
+DATE_CODES = (10, 14)  # a DateTime of these codes is a date; of DATETIME (12), a timestamp_ntz
 # An Integer's text as the Python decoder writes it back (``str(int(text))``), within its type's range.
 CANONICAL_INTEGER = r"^(?:0|-?[1-9][0-9]*)\z"
 INTEGER_FORMS = {
@@ -174,7 +166,7 @@ def reading_of(writer_schema: str) -> Reading | None:
         read_schema, members = record_read_schema(document)
     except (OSError, ValueError, KeyError, TypeError, StopIteration):
         return None
-    needed = {branch for branches, _ in NATIVE_CODES.values() for branch in branches} | {EMPTY}
+    needed = {branch for code in NATIVE_CODES for branch in MYSQL_TYPES[code][1]} | {EMPTY}
     if not needed <= members.keys():
         return None
     return Reading(json.dumps(read_schema, separators=(",", ":")), tuple(members.items()), union_prefix(writer_schema))
@@ -381,8 +373,9 @@ def _character(value: Column) -> tuple[Column, Column, Column]:
     return text, spark_type, ok & _utf8(charset)
 
 
-def _branch(value: Column, branch: str, kind: str, spark_type: str | None) -> tuple[Column, Column, Column]:
-    """(text, type, ok) of a value of ``branch`` in a column of ``kind`` (``spark_type``: its fixed type)."""
+def _branch(value: Column, branch: str, code: int, spark_type: str | None) -> tuple[Column, Column, Column]:
+    """(text, type, ok) of a value of ``branch`` in a column of binlog type ``code`` (``spark_type``: its fixed
+    type)."""
     if branch == INTEGER:
         text, ok = _integer(value, spark_type)  # digits only: valid UTF-8 once they match
         return text, F.lit(spark_type), ok
@@ -395,7 +388,7 @@ def _branch(value: Column, branch: str, kind: str, spark_type: str | None) -> tu
         text, ok = _timestamp(value)
         return text, F.lit("timestamp"), ok
     if branch == DATETIME:
-        text, ok = _date(value) if kind == "date" else _datetime(value)
+        text, ok = _date(value) if code in DATE_CODES else _datetime(value)
         return text, F.lit(spark_type), ok
     if branch == CHARACTER:
         return _character(value)
@@ -416,14 +409,13 @@ def _element(element: Column, name: str, code: int, configured: dict[str, str], 
     """One image element of column ``name`` of binlog type ``code`` (an ``ELEMENT``), as ``dts_avro_values.convert``
     converts it: NULL (an Avro null: SQL NULL), absent (EmptyObject), or a value of one of the branches the code
     allows (another branch is a ``wrong_branch`` record: Python's)."""
-    branches, kind = NATIVE_CODES[code]
-    fixed_type = MYSQL_TYPES[code][2]
+    _, branches, fixed_type = MYSQL_TYPES[code]
     text, spark_type = F.lit(None).cast("string"), F.lit(fixed_type).cast("string")
     absent = F.coalesce(element[reading.member(EMPTY)].isNotNull(), F.lit(False))
     ok = element.isNull() | absent
-    for branch in reversed(branches):
+    for branch in sorted(branches):  # a union value holds one branch: their order does not matter
         value = element[reading.member(branch)]
-        value_text, value_type, value_ok = _branch(value, branch, kind, fixed_type)
+        value_text, value_type, value_ok = _branch(value, branch, code, fixed_type)
         present = value.isNotNull()
         text = F.when(present, value_text).otherwise(text)
         spark_type = F.when(present, value_type).otherwise(spark_type)
