@@ -31,6 +31,7 @@ from cdcreplay.formats import (
     drs_json_mysql,
     dts_avro,
     dts_shareplex_json,
+    qlik_json,
 )
 from cdcreplay.formats.wire import native_json as N
 from cdcreplay_lab.simulator import simulate
@@ -291,6 +292,7 @@ THRESHOLDS = {
     dts_shareplex_json: dts_shareplex_json.NATIVE_MIN_RECORDS,
     debezium_avro: debezium_avro.AVRO_NATIVE_MIN_RECORDS,
     dts_avro: dts_avro.NATIVE_MIN_RECORDS,
+    qlik_json: qlik_json.NATIVE_MIN_RECORDS,
 }
 
 

@@ -18,6 +18,7 @@ import pytest
 from archive_helpers import Record, write_parquet
 from frame_helpers import assert_live_state
 from pyspark.sql import functions as F
+from qlik_helpers import V1, V2, dt, md, seq
 
 from cdcreplay import archive
 from cdcreplay.compaction import latest_rows
@@ -162,45 +163,6 @@ def test_captured_json_samples_decode_to_their_rows(spark, tmp_path):
 
 
 # --- metadata, table versions and column masks (JSON) -------------------------------------------------------------
-
-
-def md(schema_id: str, version: int, columns: list[tuple[str, str, int]], **extra) -> str:
-    """A JSON MD envelope; columns are (name, type, primaryKeyPosition) in ordinal order."""
-    message = {
-        "schemaId": schema_id,
-        "lineage": {"server": "s", "task": "t", "schema": "HR", "table": "EMP", "tableVersion": version,
-                    "timestamp": "2026-01-01T00:00:00"},
-        "tableStructure": {
-            "tableColumns": {
-                name: {"ordinal": i, "type": qlik_type, "length": 0, "precision": extra.get("precision", 0),
-                       "scale": extra.get("scale", 0), "primaryKeyPosition": pk}
-                for i, (name, qlik_type, pk) in enumerate(columns, 1)
-            }
-        },
-        "dataSchema": None,
-    }  # fmt: skip
-    return json.dumps({"magic": "atMSG", "type": "MD", "headers": None, "messageSchemaId": None,
-                       "messageSchema": None, "message": message})  # fmt: skip
-
-
-def dt(operation: str, data, before=None, sequence="", mask="", schema_id=None, counter=1, envelope=True) -> str:
-    headers = {"operation": operation, "changeSequence": sequence, "timestamp": "", "columnMask": mask,
-               "changeMask": "", "transactionEventCounter": counter}  # fmt: skip
-    if schema_id:
-        headers["externalSchemaId"] = schema_id
-    message = {"data": data, "beforeData": before, "headers": headers}
-    if not envelope:
-        return json.dumps(message)
-    return json.dumps({"magic": "atMSG", "type": "DT", "headers": None, "messageSchemaId": None,
-                       "messageSchema": None, "message": message})  # fmt: skip
-
-
-V1 = [("ID", "INT4", 1), ("NAME", "STRING", 0), ("CITY", "STRING", 0), ("SALARY", "NUMERIC", 0)]
-V2 = [("ID", "INT4", 1), ("CITY", "STRING", 0), ("NAME", "STRING", 0), ("SALARY", "NUMERIC", 0)]  # CITY moved
-
-
-def seq(n: int) -> str:
-    return f"{20260101000000000 + n:017d}{n:018d}"
 
 
 def test_masks_follow_the_ordinals_of_each_table_version(spark, tmp_path):
@@ -356,6 +318,17 @@ def test_refresh_rows_take_the_position_of_the_change_before_them(spark, tmp_pat
         (dt("INSERT", None, sequence="1"), "missing_image", "INSERT message without `data`"),
         (dt("DELETE", None, sequence="1"), "missing_image", "DELETE message with neither `beforeData` nor `data`"),
         ('{"magic": "atMSG", "type": "DT", "message": 5}', "not_json", "envelope `message` is not an object"),
+        # Hostile metadata: quarantined, never the end of the run (the metadata pass reads every MD on the driver).
+        (md("v1", 1, V1).replace('"schema": "HR"', '"schema": [[1]]'), "bad_value", "metadata lineage.schema is not"),
+        (
+            md("v1", 1, V1)
+            .replace('"lineage": {', '"lineage": [{')
+            .replace(', "tableStructure"', '], "tableStructure"'),
+            "bad_value",
+            "metadata `lineage` or `tableStructure` is not an object",
+        ),
+        ('{"lineage": {}, "tableStructure": {"tableColumns": "x"}}', "bad_value", "metadata tableStructure.tableCol"),
+        ('{"lineage": {}, "tableStructure": {"tableColumns": {"A": 1}}}', "bad_value", "metadata column 'A' is not"),
     ],
 )
 def test_bad_json_messages_are_quarantined_with_their_reason(spark, tmp_path, value, reason, detail):

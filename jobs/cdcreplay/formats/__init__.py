@@ -186,6 +186,15 @@ REGISTRY: dict[str, FormatSpec] = {
     "qlik-json": FormatSpec(
         "cdcreplay.formats.qlik_json",
         "Qlik Replicate / Talend Data Integration JSON messages, bare or in the atMSG envelope (DT and MD)",
+        {
+            "reader": FormatOption(
+                "choice",
+                "auto (default), spark or python: spark has Spark's JSON reader decode the data messages it can render "
+                "exactly and Python the rest, python decodes every record in Python, auto is spark for a run of at "
+                "least 1,000,000 records and python below (the same rows either way)",
+                ("auto", "python", "spark"),
+            ),
+        },
     ),
     "qlik-avro": FormatSpec(
         "cdcreplay.formats.qlik_avro",

@@ -90,9 +90,6 @@ CP1252_BYTES = "^(?:[0-9A-F]{2})*[89]"  # the hex of bytes with one in 0x80-0x9F
 BINARY_CHARSET = "binary"
 # Seconds since the epoch of years 1000..9999, the range whose texts Python pads as Java does.
 FIRST_SECOND, LAST_SECOND = -30610224000, 253402300799
-# The key of a map entry being built where there is none: removed before the map is made (``_map_of``). No column
-# name of a plan holds it (``table_plan``).
-NO_ENTRY_KEY = "\u0000"
 SEPARATOR = "\u0001"  # between strings checked together for UTF-8: ASCII, so no invalid tail joins a valid head
 
 
@@ -205,7 +202,7 @@ def table_plan(object_name: str, fields: list, pk_uk_info: str | None, pipeline:
     if not fields or any(f is None or f["name"] is None or f["dataTypeNumber"] not in NATIVE_CODES for f in fields):
         return None
     names = [f["name"] for f in fields]
-    if len(set(names)) != len(names) or any(NO_ENTRY_KEY in name for name in names):
+    if len(set(names)) != len(names) or any(N.NO_ENTRY_KEY in name for name in names):
         return None
     try:
         source = split_object_name(object_name)
@@ -460,21 +457,6 @@ def _element_columns(record: Column, plan: Column, plans: list[TablePlan], readi
     return columns
 
 
-def _map_of(entries: list[tuple[Column, Column, Column]]) -> Column:
-    """The map<string,string> of the (key, value) of each (condition, key, value) of ``entries`` whose condition
-    holds. The others become an entry of NO_ENTRY_KEY that ``array_remove`` takes out: ``array_compact`` would drop
-    NULL entries, but it is a lambda, which Spark evaluates interpreted, and with it every expression below it (a
-    value's whole conversion)."""
-    if not entries:
-        return N.literal_map({})
-    no_entry = F.struct(F.lit(NO_ENTRY_KEY).alias("key"), F.lit(None).cast("string").alias("value"))
-    structs = [
-        F.when(condition, F.struct(key.alias("key"), value.alias("value"))).otherwise(no_entry)
-        for condition, key, value in entries
-    ]
-    return F.map_from_entries(F.array_remove(F.array(*structs), no_entry))
-
-
 def _image_columns(record: Column, width: int, unfielded: bool) -> list[Column]:
     """From the element columns: the images as maps without their absent columns (``_after``, ``_before``), the row's
     column types (``_types``) and ``_images_ok``: every value converts, each image is a list of one value per field,
@@ -484,7 +466,7 @@ def _image_columns(record: Column, width: int, unfielded: bool) -> list[Column]:
     out, ok = {}, F.col("_plan") >= 0
     for prefix, side in IMAGES:
         entries = [(e["name"].isNotNull() & ~e["absent"], e["name"], e["text"]) for e in elements[prefix]]
-        out[prefix] = F.when(values[prefix].isNotNull(), _map_of(entries))
+        out[prefix] = F.when(values[prefix].isNotNull(), N.map_of_entries(entries))
         images = record[side]
         ok = ok & (images.isNull() | (images["member0"].isNull() & (F.size(values[prefix]) == F.col("_width"))))
         for e in elements[prefix]:
@@ -501,7 +483,7 @@ def _image_columns(record: Column, width: int, unfielded: bool) -> list[Column]:
         absent = F.coalesce(in_after["absent"], F.lit(False))
         any_absent = any_absent | absent
         any_typed = any_typed | (absent & (in_after["typed"] | (has_before & in_before["type"].isNotNull())))
-    declared = _map_of(types)
+    declared = N.map_of_entries(types)
     if unfielded:
         declared = F.map_concat(declared, F.col("_unfielded"))
     present = F.when(record["operation"] == "DELETE", has_before & record["afterImages"].isNull()).otherwise(

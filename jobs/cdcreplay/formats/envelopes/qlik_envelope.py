@@ -62,6 +62,7 @@ from cdcreplay.formats.python_rows import (
     quarantine_entry,
 )
 from cdcreplay.formats.wire.json_reader import PLAIN
+from cdcreplay.formats.wire.native_json import PENDING
 
 OPERATIONS = {"REFRESH": S.OP_SNAPSHOT, "INSERT": S.OP_INSERT, "UPDATE": S.OP_UPDATE, "DELETE": S.OP_DELETE}
 ENVELOPE_MAGIC = "atMSG"
@@ -137,12 +138,21 @@ def metadata_from_message(message: dict, topic: str, timestamp: datetime | None)
     """An MD message's body (a JSON object or the decoded Avro record) -> QlikMetadata."""
     lineage = message.get("lineage") or {}
     structure = message.get("tableStructure") or {}
+    if not isinstance(lineage, dict) or not isinstance(structure, dict):
+        raise DecodeError(S.REASON_BAD_VALUE, "metadata `lineage` or `tableStructure` is not an object")
+    for part in ("schema", "table"):
+        if not isinstance(lineage.get(part), str | None):
+            raise DecodeError(S.REASON_BAD_VALUE, f"metadata lineage.{part} is not text")
     table_columns = structure.get("tableColumns") or {}
     if isinstance(table_columns, list):  # tolerate a list of {name, ...} as well as the documented name map
         table_columns = {c.get("name"): c for c in table_columns if isinstance(c, dict)}
+    if not isinstance(table_columns, dict):
+        raise DecodeError(S.REASON_BAD_VALUE, "metadata tableStructure.tableColumns is not an object")
     columns = []
     for name, props in table_columns.items():
         props = props or {}
+        if not isinstance(name, str) or not isinstance(props, dict):
+            raise DecodeError(S.REASON_BAD_VALUE, f"metadata column {name!r} is not a named object")
         ordinal = _int(props.get("ordinal"))
         if ordinal is None:
             raise DecodeError(S.REASON_BAD_VALUE, f"metadata column {name!r} has no ordinal")
@@ -222,7 +232,9 @@ def collect_metadata(
     """
     from cdcreplay import archive
 
-    files = records.inputFiles()
+    # The records a native pass left to Python are the archive's joined with the pass's pending folder
+    # (``native_json.write_decoded``): its files hold no Kafka records.
+    files = [name for name in records.inputFiles() if f"/record_kind={PENDING}/" not in name]
     source = archive.read_archive(records.sparkSession, files, pipeline.archive.layout) if files else records
     rows = source.where(candidates(F.col("value"))).select(
         "topic", "partition", "offset", F.unix_micros("timestamp").alias("micros"), "value"
@@ -234,10 +246,10 @@ def collect_metadata(
         raw = RawRecord(row.topic, row.partition, row.offset, stamp, None, row.value, ())
         try:
             parsed = parse(raw)
-        except DecodeError:
+            if parsed is not None:
+                index.add(*parsed)
+        except Exception:  # a hostile candidate must not end the run: the second pass quarantines it
             continue
-        if parsed is not None:
-            index.add(*parsed)
     return index
 
 

@@ -197,6 +197,26 @@ def changelog_row(format_id: str, **columns: Column) -> dict[str, Column]:
     return {name: row[name] for name in (NATIVE_FLAG, *DECODED_COLUMNS)}
 
 
+# The key of a map entry being built where there is none: removed before the map is made (``map_of_entries``). A
+# native path makes no plan for a table with a column name that holds it.
+NO_ENTRY_KEY = "\u0000"
+
+
+def map_of_entries(entries: list[tuple[Column, Column, Column]]) -> Column:
+    """The map<string,string> of the (key, value) of each (condition, key, value) of ``entries`` whose condition
+    holds. The others become an entry of NO_ENTRY_KEY that ``array_remove`` takes out: ``array_compact`` would drop
+    NULL entries, but it is a lambda, which Spark evaluates interpreted, and with it every expression below it (a
+    value's whole conversion)."""
+    if not entries:
+        return literal_map({})
+    no_entry = F.struct(F.lit(NO_ENTRY_KEY).alias("key"), F.lit(None).cast("string").alias("value"))
+    structs = [
+        F.when(condition, F.struct(key.alias("key"), value.alias("value"))).otherwise(no_entry)
+        for condition, key, value in entries
+    ]
+    return F.map_from_entries(F.array_remove(F.array(*structs), no_entry))
+
+
 TOMBSTONE, TOMBSTONE_DETAIL = "_tombstone", "_tombstone_detail"
 # What a native pass carries from each record to the rows it decodes: the record's coordinates and timestamp, and
 # its tombstone columns (``tombstone_columns``).
