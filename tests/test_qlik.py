@@ -24,7 +24,7 @@ from cdcreplay import archive
 from cdcreplay.compaction import latest_rows
 from cdcreplay.config import PipelineConfig
 from cdcreplay.formats import decoder
-from cdcreplay.formats.envelopes.qlik_envelope import mask_bits, qlik_type_to_spark
+from cdcreplay.formats.envelopes.qlik_envelope import collect_metadata, mask_bits, qlik_type_to_spark
 from cdcreplay.formats.python_rows import DecodeError
 from cdcreplay.formats.qlik_avro import ENVELOPE_SCHEMA
 from cdcreplay_lab.simulator import simulate
@@ -335,6 +335,19 @@ def test_bad_json_messages_are_quarantined_with_their_reason(spark, tmp_path, va
     [row] = decode(spark, tmp_path, [Record("hr", 0, 0, value)], pipeline("qlik-json")).collect()
     assert (row.record_kind, row.reason) == ("quarantine", reason)
     assert row.detail.startswith(detail), row.detail
+
+
+def test_a_metadata_candidate_the_first_pass_cannot_index_does_not_end_the_run(spark, tmp_path):
+    """The metadata pass runs on the driver before any record is decoded: whatever a candidate raises there, it is
+    skipped (the second pass decodes it, and quarantines it if it must)."""
+    parquet = write_parquet([Record("hr", 0, 0, md("v1", 1, V1))], tmp_path / "archive" / "part.parquet")
+    records = archive.read_archive(spark, [str(parquet)], "parquet")
+
+    def parse(record):
+        raise TypeError("a decoder bug")
+
+    index = collect_metadata(records, pipeline("qlik-json"), lambda value: F.lit(True), parse)
+    assert index.by_id == {} and index.by_table == {}
 
 
 # --- Avro --------------------------------------------------------------------------------------------------------------

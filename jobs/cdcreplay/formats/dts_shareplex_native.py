@@ -138,11 +138,7 @@ def _key_moved(data: Column, key: Column, plan: TablePlan) -> Column:
 
 def _key_text(image: Column, plan: TablePlan) -> Column:
     """The key as ``routing.key_text`` writes it (a JSON array of texts), NULL when a key value is absent or null."""
-    values = [image[name] for name in plan.key_columns]
-    present = F.lit(True)
-    for value in values:
-        present = present & value.isNotNull()
-    return F.when(present, F.to_json(F.array(*values)))
+    return N.key_text_of([image[name] for name in plan.key_columns])
 
 
 def _position(meta: Column) -> tuple[Column, Column]:

@@ -43,11 +43,12 @@ HEADERS_DDL = (
     "struct<operation: string, changeSequence: string, timestamp: string, columnMask: string, "
     "transactionEventCounter: string, externalSchemaId: string>"
 )
-_BODY = f"data map<string,string>, beforeData map<string,string>, headers {HEADERS_DDL}"
+IMAGE_DDL = "map<string,string>"
+# The envelope's fields, its ``message`` and a bare data message's own fields, and the two a bare MD message has.
 MESSAGE_DDL = (
     "magic string, type string, messageSchemaId string, "
-    f"message struct<{_BODY.replace(' map<', ': map<').replace(' struct<', ': struct<')}>, "
-    f"{_BODY}, lineage string, tableStructure string"
+    f"message struct<data: {IMAGE_DDL}, beforeData: {IMAGE_DDL}, headers: {HEADERS_DDL}>, "
+    f"data {IMAGE_DDL}, beforeData {IMAGE_DDL}, headers {HEADERS_DDL}, lineage string, tableStructure string"
 )
 HEX_BYTES = r"^(?:[0-9a-fA-F]{2})*\z"  # what bytes.fromhex reads as written (no blanks between the bytes)
 MASK = r"^(?:[0-9a-fA-F]{2})+\z"
@@ -257,14 +258,6 @@ def _binary_image(image: Column, plan: TablePlan, captured: dict[str, Column]) -
     return F.when(image.isNotNull(), N.map_of_entries(entries)), image.isNull() | ok
 
 
-def _key_text(values: list[Column]) -> Column:
-    """The key as ``routing.key_text`` writes it, NULL when a key value is missing."""
-    present = F.lit(True)
-    for value in values:
-        present = present & value.isNotNull()
-    return F.when(present, F.to_json(F.array(*values)))
-
-
 def _plan_row(data: Column, before: Column, op: Column, plan: TablePlan) -> dict[str, Column]:
     """The plan's row parts of a data message, from its images: after, before, the key, and whether they are what
     the Python decoder writes (the images the operation needs, every value in its form, no key change)."""
@@ -287,7 +280,7 @@ def _plan_row(data: Column, before: Column, op: Column, plan: TablePlan) -> dict
     return {
         "after": F.when(~is_delete, data),
         "before": F.when(is_delete, row).otherwise(before),
-        "key": _key_text(key_values),
+        "key": N.key_text_of(key_values),
         "ok": F.coalesce(ok, F.lit(False)),
     }
 

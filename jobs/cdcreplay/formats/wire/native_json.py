@@ -197,6 +197,15 @@ def changelog_row(format_id: str, **columns: Column) -> dict[str, Column]:
     return {name: row[name] for name in (NATIVE_FLAG, *DECODED_COLUMNS)}
 
 
+def key_text_of(values: list[Column]) -> Column:
+    """The key as ``routing.key_text`` writes it (a JSON array of texts) from its values, NULL when one is absent or
+    null."""
+    present = F.lit(True)
+    for value in values:
+        present = present & value.isNotNull()
+    return F.when(present, F.to_json(F.array(*values)))
+
+
 # The key of a map entry being built where there is none: removed before the map is made (``map_of_entries``). A
 # native path makes no plan for a table with a column name that holds it.
 NO_ENTRY_KEY = "\u0000"
