@@ -267,7 +267,7 @@ DDS_TYPES = {
 
 
 def test_simulated_history_full_rebuild_nightly_runs_and_a_rerun(spark, tmp_path):
-    history = simulate(seed=11, events=1500)
+    history = simulate(seed=11, events=1500, days=2)  # two nights: the second folds its events onto the first's
     write_archive(encode_drs_dds(history), tmp_path / "archive")
     pipeline_config(tmp_path, "dds", "drs-dds-json", tmp_path / "archive")
     summary = _replay(tmp_path, "full", history.start.isoformat(), (history.end + timedelta(days=1)).isoformat(), True)
@@ -286,8 +286,9 @@ def test_simulated_history_full_rebuild_nightly_runs_and_a_rerun(spark, tmp_path
         day += timedelta(days=1)
     _published_as_expected(spark, tmp_path, history)
 
-    # A rerun of the second night folds its events onto a published state that is already past them.
-    second = first_day + timedelta(days=1)
-    rerun = _replay(tmp_path, f"day_{second:%Y%m%d}", second.isoformat(), (second + timedelta(days=1)).isoformat())
+    # The first night replayed again after the second folds its events onto a published state already past them.
+    rerun = _replay(
+        tmp_path, f"rerun_{first_day:%Y%m%d}", first_day.isoformat(), (first_day + timedelta(days=1)).isoformat()
+    )
     assert rerun["decoded"]["quarantined"] == 0
     _published_as_expected(spark, tmp_path, history)
