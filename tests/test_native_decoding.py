@@ -152,6 +152,10 @@ def test_corner_cases_are_taken_only_when_exact(spark):
     # a key change keeps its headers as provenance; an unknown op, a truncate and a keyless change go to Python
     records.append((KEY, _wrapped({"id": 1}, [ID]), [("__debezium.newkey", b'{"id":2}'), ("other", None)]))
     expected.append(True)
+    # a header without a name (no map holds one), and one named as the native path's placeholder: Python
+    records.append((KEY, _wrapped({"id": 1}, [ID]), [("__debezium.newkey", b'{"id":2}'), (None, b"x")]))
+    records.append((KEY, _wrapped({"id": 1}, [ID]), [(N.NO_ENTRY_KEY, b"x")]))
+    expected += [False, False]
     records += [(KEY, _wrapped({"id": 1}, [ID], op="x"), []), (KEY, _wrapped({"id": 1}, [ID], op="t"), [])]
     records += [(None, _wrapped({"id": 1}, [ID]), [])]
     expected += [False, False, False]
@@ -225,6 +229,12 @@ def test_configured_keys_and_types(spark):
     assert _compare(spark, records_frame(spark, records), keyed) == (1, 0)
     typed = _pipeline({"shop.t": {"column_types": {"code": "int"}}})
     assert _compare(spark, records_frame(spark, records), typed) == (0, 1)
+    # up to four key columns natively, more in Python (the native key is built from at most four values)
+    image = {"id": 1, "a": "1", "b": "2", "c": "3", "d": "4"}
+    fields = [ID, *({"type": "string", "field": name} for name in "abcd")]
+    wide = records_frame(spark, [(KEY, _wrapped(image, fields), [])])
+    assert _compare(spark, wide, _pipeline({"shop.t": {"primary_key": list("abcd")}})) == (1, 0)
+    assert _compare(spark, wide, _pipeline({"shop.t": {"primary_key": ["id", *"abcd"]}})) == (0, 1)
 
 
 def test_number_tokens_that_pass_the_guard_read_back_as_written(spark):

@@ -31,16 +31,6 @@ from pyspark.sql import functions as F
 
 from cdcreplay.formats.values.text_casts import MAX_MICROS, MIN_MICROS
 
-
-def let(value: Column, body) -> Column:
-    """Evaluate ``value`` once and hand it to ``body`` as a lambda variable (Spark SQL has no `let`).
-
-    Inside higher-order functions the plan has no common-subexpression elimination, so an expression used three
-    times is built three times; nested uses grow exponentially. Binding it to a variable keeps the tree small.
-    """
-    return F.transform(F.array(value), body)[0]
-
-
 # Spark's date range (years 1..9999); its timestamp range is text_casts' MIN_MICROS, MAX_MICROS. Source numbers
 # outside them are bad values, never a crash: under ANSI mode an overflowing conversion would abort the whole job.
 MIN_DAYS, MAX_DAYS = -719162, 2932896

@@ -154,8 +154,7 @@ def one_object(text: Column) -> Column:
     """The text ends with its object's closing brace and opens as many braces as it closes: Spark ignores what
     follows a complete object, Python does not. A heuristic for the common case (a stray closing brace, a member
     after the payload): braces inside strings can hide a trailing text that balances them."""
-    braces = F.regexp_replace(text, r"[^{}]+", "")  # one pass; a payload holds a few braces
-    return text.endswith("}") & (F.length(braces) == 2 * F.length(F.replace(braces, F.lit("}"), F.lit(""))))
+    return text.endswith("}") & (occurrences(text, "{") == occurrences(text, "}"))
 
 
 def per_plan(plan_index: Column, values: list[Column], otherwise: Column | None = None) -> Column:
