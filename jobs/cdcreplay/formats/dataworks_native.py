@@ -32,7 +32,7 @@ from pyspark.sql import functions as F
 from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
 from cdcreplay.formats.common import DECODED_DDL, KIND_CONTROL
-from cdcreplay.formats.debezium_native import MAX_KEY_COLUMNS
+from cdcreplay.formats.debezium_native import MAX_KEY_COLUMNS, counted_key_text
 from cdcreplay.formats.dts_shareplex_native import COLUMN_SEPARATOR, NULL_MARK, value_form, values_ok
 from cdcreplay.formats.envelopes.dataworks_message import (
     AFTER_OP,
@@ -335,23 +335,12 @@ def _checked(frame: DataFrame, plans: list[TablePlan], zone: str) -> DataFrame:
         F.timestamp_millis(F.when(time_known, event_millis)).alias("event_time"),  # no overflow on other rows
     )
     image = F.when(F.col("_op") == S.OP_DELETE, F.col("_before")).otherwise(F.col("_after"))
-    key = _key_text(image, F.col("_keys"))
+    key = counted_key_text(image, F.col("_keys"))
     moved = (F.col("_op") == S.OP_UPDATE) & _moved(F.col("_before"), F.col("_after"), F.col("_keys"))
     change_ok = F.col("_row_ok") & key.isNotNull() & ~moved
     before_ok = F.col("_update_before") & (F.col("_plan") >= 0) & F.col("_after_partner").isNotNull()
     vouched = F.coalesce(change_ok | F.col("_transaction") | before_ok, F.lit(False))
     return checked.select("*", key.alias("_key"), vouched.alias("_vouched"))
-
-
-def _key_text(image: Column, key_columns: Column) -> Column:
-    """The key as ``routing.key_text`` writes it (a JSON array of texts), or NULL when a key value is missing.
-
-    Unlike ``debezium_native.key_text``, the values are counted by ``array_compact``, a lambda that Spark evaluates
-    interpreted, with the lookups below it. Generated instead, the key's code made this path's whole-stage methods
-    grow to 9-17 KB of bytecode, which HotSpot leaves uncompiled (over 8,000 bytes): measured slower."""
-    candidates = [F.try_element_at(image, F.try_element_at(key_columns, F.lit(i + 1))) for i in range(MAX_KEY_COLUMNS)]
-    values = F.slice(F.array(*candidates), 1, F.size(key_columns))
-    return F.when(F.size(F.array_compact(values)) == F.size(key_columns), F.to_json(values))
 
 
 def _whole_pairs(checked: DataFrame) -> DataFrame:

@@ -43,6 +43,7 @@ from cdcreplay.formats.debezium_native import (
     SOURCE_FIELDS,
     SchemaPlan,
     change_rows,
+    counted_key_text,
     date_of_days,
     decimal_of_hex,
     native_decimal,
@@ -410,7 +411,9 @@ def native_rows(records: DataFrame, pipeline: PipelineConfig, plans: list[AvroPl
     }
     wire_ok = F.col("_value_ok") & F.col("_key_ok")
     plan_list = [plan.plan for plan in plans]
-    return change_rows(with_payload, pipeline, plan_list, wire_ok, F.col("_key_columns"), images, FORMAT_ID)
+    return change_rows(
+        with_payload, pipeline, plan_list, wire_ok, F.col("_key_columns"), images, FORMAT_ID, key_of=counted_key_text
+    )
 
 
 def plans_for(records: DataFrame, schemas, every: int = 1) -> tuple[list[AvroPlan], list[KeyPlan]]:

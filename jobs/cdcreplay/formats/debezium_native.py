@@ -367,6 +367,16 @@ def key_text(image: Column, key_columns: Column) -> Column:
     return F.when(complete, F.to_json(values))
 
 
+def counted_key_text(image: Column, key_columns: Column) -> Column:
+    """:func:`key_text` with the values counted by ``array_compact``: a lambda, which Spark evaluates interpreted
+    with the look-ups below it, but whose code stays small. Where a path's projections fuse into one whole-stage
+    method, the generated key pushed that method past the 8,000 bytes of bytecode HotSpot compiles (DataWorks JSON:
+    9-17 KB; Debezium Avro: 11 KB), which costs more than the interpreted key (docs/benchmarks.md, 2026-12-06)."""
+    candidates = [F.try_element_at(image, F.try_element_at(key_columns, F.lit(i + 1))) for i in range(MAX_KEY_COLUMNS)]
+    values = F.slice(F.array(*candidates), 1, F.size(key_columns))
+    return F.when(F.size(F.array_compact(values)) == F.size(key_columns), F.to_json(values))
+
+
 def _key_change_provenance(headers: Column) -> tuple[Column, Column]:
     """(``debezium_events.key_change_provenance`` of the headers, whether they can be read natively: no header
     without a name, none named ``NO_ENTRY_KEY``). The last value of a repeated header wins, as in Kafka."""
@@ -464,12 +474,14 @@ def change_rows(
     kafka_columns: Column,
     images: dict[str, Column],
     format_id: str,
+    key_of=key_text,
 ) -> DataFrame:
     """The changelog rows of Debezium payloads, whatever wire they came on: op mapping, snapshot markers, position,
     event time, key and key-change provenance, tombstones; and the ``native`` flag, false where the envelope or a
     value is one the Python decoder must judge. ``wire_ok``: the wire's own verdict on the record; ``kafka_columns``:
     the key's field names read from the Kafka key; ``images``: the after and before images, each a struct of the
-    converted image (map<string,string> of canonical texts) and whether the native path vouches for it."""
+    converted image (map<string,string> of canonical texts) and whether the native path vouches for it; ``key_of``:
+    :func:`key_text` or :func:`counted_key_text`."""
     plan_list = list(plans)
     configured_types = sorted(t for t, table in pipeline.tables.items() if table.column_types)
     configured_keys = {t: list(table.primary_key) for t, table in pipeline.tables.items() if table.primary_key}
@@ -538,7 +550,7 @@ def change_rows(
     # The key in a projection of its own: the row reads it twice (the key, the verdict), each under the tombstone's
     # CASE, where Spark would generate its code twice (one method HotSpot then left uncompiled: over 8,000 bytes).
     keyed = decoded.select(
-        "*", key_text(F.when(F.col("_is_delete"), before).otherwise(after), F.col("key_columns")).alias("_key")
+        "*", key_of(F.when(F.col("_is_delete"), before).otherwise(after), F.col("key_columns")).alias("_key")
     )
     key = F.col("_key")
     vouched = F.col("_envelope_ok") & F.col("_after.ok") & F.col("_before.ok") & key.isNotNull()
