@@ -380,8 +380,8 @@ def counted_key_text(image: Column, key_columns: Column) -> Column:
 def _key_change_provenance(headers: Column) -> tuple[Column, Column]:
     """(``debezium_events.key_change_provenance`` of the headers, whether they can be read natively: no header
     without a name, none named ``NO_ENTRY_KEY``). The last value of a repeated header wins, as in Kafka."""
-    # array_contains is NULL for an array holding NULL where the value is not found: a header without a name (which
-    # no map can hold) without a lambda (array_compact) run for every record.
+    # A header without a name (no map can hold it), found without a lambda: array_contains is NULL for an array that
+    # holds a NULL and not the value looked for.
     named = headers.isNull() | F.coalesce(~F.array_contains(headers["key"], F.lit(N.NO_ENTRY_KEY)), F.lit(False))
     by_name = F.map_from_entries(F.when(named, headers))
     parts = []
