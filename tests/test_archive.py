@@ -10,10 +10,18 @@ from datetime import UTC, datetime
 
 import pytest
 from archive_helpers import Record, write_parquet
+from pyspark.sql import functions as F
 
 from cdcreplay import archive
 from cdcreplay.run_spec import OffsetRange
-from cdcreplay.spark import MIN_SPLITS, SPLITS_PER_CORE, session_settings, spread_file_splits
+from cdcreplay.spark import (
+    MAX_OPEN_FILES,
+    MIN_SPLITS,
+    SPLITS_PER_CORE,
+    one_file_per_folder,
+    session_settings,
+    spread_file_splits,
+)
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -209,6 +217,26 @@ def test_a_session_cuts_scans_into_four_splits_per_core_unless_it_sets_its_own_m
     with session_settings(spark, {MIN_SPLITS: "3"}):
         spread_file_splits(spark)
         assert spark.conf.get(MIN_SPLITS) == "3"
+
+
+def test_a_write_into_a_few_folders_keeps_a_file_open_per_folder_and_the_session_settings_after(spark, tmp_path):
+    # The decode stage's write into record_kind folders, without Spark's sort by folder: the same rows in the same
+    # folders, one file per task and folder; the session's own settings come back after the block.
+    planned = spark.conf.get("spark.sql.optimizer.plannedWrite.enabled")
+    rows = spark.range(3000).select(
+        F.col("id"), F.element_at(F.array(*map(F.lit, "abc")), (F.col("id") % 3 + 1).cast("int")).alias("kind")
+    )
+    rows = rows.repartition(2)
+    with one_file_per_folder(spark, 3):
+        assert spark.conf.get(MAX_OPEN_FILES) == "4"  # Spark sorts the rest of a task's rows once it has opened 4
+        assert spark.conf.get("spark.sql.optimizer.plannedWrite.enabled") == "false"
+        rows.write.partitionBy("kind").parquet(str(tmp_path / "out"))
+    assert spark.conf.get(MAX_OPEN_FILES) == "0"
+    assert spark.conf.get("spark.sql.optimizer.plannedWrite.enabled") == planned
+    for kind in "abc":
+        assert len(list((tmp_path / "out" / f"kind={kind}").glob("*.parquet"))) == 2
+    written = spark.read.parquet(str(tmp_path / "out"))
+    assert sorted(map(tuple, written.select("id", "kind").collect())) == sorted(map(tuple, rows.collect()))
 
 
 def test_a_driver_started_here_maps_the_class_archive_set_up_wrote(spark):

@@ -27,6 +27,7 @@ from cdcreplay.formats.routing import (  # the record kinds are defined with the
 )
 from cdcreplay.formats.routing import KIND_CONTROL as KIND_CONTROL
 from cdcreplay.formats.routing import KIND_QUARANTINE as KIND_QUARANTINE
+from cdcreplay.formats.routing import RECORD_KINDS as RECORD_KINDS
 
 RECORD_COLUMNS = ("topic", "partition", "offset", "timestamp", "key", "value")
 COORDINATES = ("topic", "partition", "offset")  # a record's Kafka coordinates: unique in a deduplicated selection

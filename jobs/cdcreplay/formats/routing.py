@@ -23,6 +23,7 @@ from cdcreplay.value_checks import invalid_columns
 KIND_CHANGE = "changelog"
 KIND_CONTROL = "control"
 KIND_QUARANTINE = "quarantine"
+RECORD_KINDS = (KIND_CHANGE, KIND_CONTROL, KIND_QUARANTINE)  # the decoded folders, record_kind=<kind>
 # A decoded row: the changelog row, and the record it came from with what the decode made of it.
 DECODED_DDL = (
     S.CHANGELOG_DDL + ", timestamp timestamp, record_kind string, control_kind string, reason string, detail string, "

@@ -26,8 +26,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from cdcreplay import schema as S
-from cdcreplay.formats.common import COORDINATES, DECODED_COLUMNS, KIND_CHANGE, KIND_CONTROL
-from cdcreplay.spark import vectorized_parquet_reads
+from cdcreplay.formats.common import COORDINATES, DECODED_COLUMNS, KIND_CHANGE, KIND_CONTROL, RECORD_KINDS
+from cdcreplay.spark import one_file_per_folder, vectorized_parquet_reads
 
 # Records the native path did not decode carry this flag false; the caller hands them to the Python decoder.
 NATIVE_FLAG = "native"
@@ -321,7 +321,8 @@ def write_decoded(native: DataFrame, records: DataFrame, python_decode, path: st
     if keep is not None:
         first = first.where(flagged | keep)
     spark = native.sparkSession
-    with vectorized_parquet_reads(spark):  # no Python reads the archive in this pass
+    # No Python reads the archive in this pass; its folders are the record kinds and PENDING.
+    with vectorized_parquet_reads(spark), one_file_per_folder(spark, len(RECORD_KINDS) + 1):
         first.write.mode("overwrite").partitionBy("record_kind").parquet(path)
     pending_path = f"{path}/record_kind={PENDING}"
     if not _exists(spark, pending_path):
@@ -330,7 +331,8 @@ def write_decoded(native: DataFrame, records: DataFrame, python_decode, path: st
     second = python_decode(records.join(pending, list(COORDINATES), "left_semi"))
     if keep is not None:
         second = second.where(keep)
-    second.write.mode("append").partitionBy("record_kind").parquet(path)
+    with one_file_per_folder(spark, len(RECORD_KINDS)):
+        second.write.mode("append").partitionBy("record_kind").parquet(path)
     _remove(spark, pending_path)
 
 
