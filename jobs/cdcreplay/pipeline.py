@@ -29,12 +29,12 @@ from cdcreplay.contracts import (
     decoded_kind_folder,
 )
 from cdcreplay.formats import decoder_module
-from cdcreplay.formats.common import DECODED_DDL, KIND_CHANGE, KIND_QUARANTINE, RECORD_KINDS
-from cdcreplay.formats.wire.native_json import write_decoded
+from cdcreplay.formats.common import DECODED_DDL, KIND_CHANGE, KIND_QUARANTINE
+from cdcreplay.formats.wire.native_json import write_by_kind, write_decoded
 from cdcreplay.publishing import QualityGateError
 from cdcreplay.run_spec import RunSpec
 from cdcreplay.schema import CHANGELOG_COLUMNS
-from cdcreplay.spark import one_file_per_folder, vectorized_parquet_reads
+from cdcreplay.spark import vectorized_parquet_reads
 from cdcreplay.state_store import StateCommit, commit_state, read_patterns, read_state, state_ref
 from cdcreplay.storage import Location
 from cdcreplay.typed_tables import TypedTables, type_tables
@@ -381,8 +381,7 @@ def decode(
         decoded = module.decode(selected, pipeline, base_state=base_state)
         if keep is not None:
             decoded = decoded.where(keep)
-        with one_file_per_folder(spark, len(RECORD_KINDS)):
-            decoded.write.mode("overwrite").partitionBy("record_kind").parquet(str(decoded_dir))
+        write_by_kind(decoded, str(decoded_dir), "overwrite")
     kinds = decoded_counts(spark, str(decoded_dir), manifest)
     check_accounting(kinds, manifest, spec)
     return kinds

@@ -358,11 +358,7 @@ def key_text(image: Column, key_columns: Column) -> Column:
     A missing value is looked up once and stands as ``NO_ENTRY_KEY`` in the array (a key value of that text is left
     to Python too): counting the values ``array_compact`` keeps would be a lambda, which Spark evaluates interpreted
     with every lookup below it (a tenth of Debezium's native pass)."""
-    candidates = [
-        F.coalesce(F.try_element_at(image, F.try_element_at(key_columns, F.lit(i + 1))), F.lit(N.NO_ENTRY_KEY))
-        for i in range(MAX_KEY_COLUMNS)
-    ]
-    values = F.slice(F.array(*candidates), 1, F.size(key_columns))
+    values = _key_values(image, key_columns, missing=F.lit(N.NO_ENTRY_KEY))
     complete = F.size(key_columns).between(1, MAX_KEY_COLUMNS) & ~F.array_contains(values, F.lit(N.NO_ENTRY_KEY))
     return F.when(complete, F.to_json(values))
 
@@ -372,9 +368,17 @@ def counted_key_text(image: Column, key_columns: Column) -> Column:
     with the look-ups below it, but whose code stays small. Where a path's projections fuse into one whole-stage
     method, the generated key pushed that method past the 8,000 bytes of bytecode HotSpot compiles (DataWorks JSON:
     9-17 KB; Debezium Avro: 11 KB), which costs more than the interpreted key (docs/benchmarks.md, 2026-12-06)."""
-    candidates = [F.try_element_at(image, F.try_element_at(key_columns, F.lit(i + 1))) for i in range(MAX_KEY_COLUMNS)]
-    values = F.slice(F.array(*candidates), 1, F.size(key_columns))
+    values = _key_values(image, key_columns)
     return F.when(F.size(F.array_compact(values)) == F.size(key_columns), F.to_json(values))
+
+
+def _key_values(image: Column, key_columns: Column, missing: Column | None = None) -> Column:
+    """The image's values of the key's first MAX_KEY_COLUMNS columns, in key order; ``missing`` (NULL when None)
+    stands for a column the image has no value for."""
+    candidates = [F.try_element_at(image, F.try_element_at(key_columns, F.lit(i + 1))) for i in range(MAX_KEY_COLUMNS)]
+    if missing is not None:
+        candidates = [F.coalesce(candidate, missing) for candidate in candidates]
+    return F.slice(F.array(*candidates), 1, F.size(key_columns))
 
 
 def _key_change_provenance(headers: Column) -> tuple[Column, Column]:

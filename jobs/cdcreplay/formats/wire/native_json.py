@@ -321,9 +321,8 @@ def write_decoded(native: DataFrame, records: DataFrame, python_decode, path: st
     if keep is not None:
         first = first.where(flagged | keep)
     spark = native.sparkSession
-    # No Python reads the archive in this pass; its folders are the record kinds and PENDING.
-    with vectorized_parquet_reads(spark), one_file_per_folder(spark, len(RECORD_KINDS) + 1):
-        first.write.mode("overwrite").partitionBy("record_kind").parquet(path)
+    with vectorized_parquet_reads(spark):  # no Python reads the archive in this pass
+        write_by_kind(first, path, "overwrite", folders=len(RECORD_KINDS) + 1)  # and PENDING
     pending_path = f"{path}/record_kind={PENDING}"
     if not _exists(spark, pending_path):
         return
@@ -331,9 +330,16 @@ def write_decoded(native: DataFrame, records: DataFrame, python_decode, path: st
     second = python_decode(records.join(pending, list(COORDINATES), "left_semi"))
     if keep is not None:
         second = second.where(keep)
-    with one_file_per_folder(spark, len(RECORD_KINDS)):
-        second.write.mode("append").partitionBy("record_kind").parquet(path)
+    write_by_kind(second, path, "append")
     _remove(spark, pending_path)
+
+
+def write_by_kind(decoded: DataFrame, path: str, mode: str, folders: int = len(RECORD_KINDS)) -> None:
+    """Decoded rows into ``path`` as Parquet, one ``record_kind=<kind>`` folder per kind, with a file open per folder
+    in each task instead of the rows sorted by kind first (``spark.one_file_per_folder``); ``folders``: how many
+    kinds the rows can have."""
+    with one_file_per_folder(decoded.sparkSession, folders):
+        decoded.write.mode(mode).partitionBy("record_kind").parquet(path)
 
 
 def _exists(spark, path: str) -> bool:
