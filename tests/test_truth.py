@@ -63,6 +63,14 @@ def assert_equals_truth(spark, history, tmp):
         assert got == expected, spec.table_id
 
 
+def full_run_of(simulated) -> None:
+    """The full rebuild `test_full_replay_equals_the_truth` makes of the module's history: the tests that read what
+    it published run it first when they are selected without it (-k)."""
+    _, _, config, tmp = simulated
+    if not (tmp / "warehouse" / "sim" / "runs" / "full" / "summary.json").exists():
+        assert replay_main(["--config", str(config), "--run-id", "full", "--full-rebuild"]) == EXIT_OK
+
+
 def test_full_replay_equals_the_truth(spark, simulated):
     _, history, config, tmp = simulated
     assert replay_main(["--config", str(config), "--run-id", "full", "--full-rebuild"]) == EXIT_OK
@@ -74,6 +82,7 @@ def test_full_replay_equals_the_truth(spark, simulated):
 
 def test_typed_columns_follow_the_declared_source_types(spark, simulated):
     _, history, _, tmp = simulated
+    full_run_of(simulated)
     for spec in history.tables.values():
         frame = read_table(spark, str(tmp / "warehouse"), "sim", spec.table_id)
         types = dict(frame.dtypes)
@@ -87,8 +96,7 @@ def test_the_reconciliation_reports_what_the_simulator_expects(spark, simulated)
     reports no difference (the history plants no drift), and calls in flight only keys a change hit while the table
     was being read. Every format: its snapshot markers, positions and partitioning decide the epochs."""
     fmt, history, config, tmp = simulated
-    if not (tmp / "warehouse" / "sim" / "runs" / "full" / "summary.json").exists():  # run alone (-k)
-        assert replay_main(["--config", str(config), "--run-id", "full", "--full-rebuild"]) == EXIT_OK
+    full_run_of(simulated)
     assert reconcile_main(["--config", str(config), "--run-id", "full"]) == EXIT_OK
     run = tmp / "warehouse" / "sim" / "runs" / "full"
     reconciliation = json.loads((run / "summary.json").read_text())["reconciliation"]
