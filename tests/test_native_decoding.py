@@ -33,6 +33,7 @@ from cdcreplay.formats import (
     dts_shareplex_json,
     qlik_json,
 )
+from cdcreplay.formats.common import UNIQUE_VALUED_COLUMNS
 from cdcreplay.formats.wire import native_json as N
 from cdcreplay_lab.simulator import simulate
 from cdcreplay_lab.simulator.encoders import encode
@@ -279,6 +280,22 @@ def test_two_pass_write_equals_decode(spark, tmp_path):
     path = str(tmp_path / "decoded")
     written = two_pass_write(spark, debezium_json, frame, pipeline, path)
     assert_same_frames(written, debezium_json.decode(frame, pipeline))
+    # Columns of unique values are written without a dictionary, the names and few-valued columns with one.
+    change_files = list(Path(path, "record_kind=changelog").glob("*.parquet"))
+    assert change_files
+    for changes in change_files:
+        dictionaries = _dictionary_encoded(changes)
+        assert {column for column in UNIQUE_VALUED_COLUMNS if dictionaries.get(column)} == set(), changes
+        assert all(dictionaries[column] for column in ("table_id", "op", "after.key_value.key")), dictionaries
+
+
+def _dictionary_encoded(parquet_file: Path) -> dict[str, bool]:
+    """Per column of the file's first row group, whether it has a dictionary page."""
+    import pyarrow.parquet as pq
+
+    row_group = pq.ParquetFile(parquet_file).metadata.row_group(0)
+    chunks = (row_group.column(i) for i in range(row_group.num_columns))
+    return {chunk.path_in_schema: chunk.dictionary_page_offset is not None for chunk in chunks}
 
 
 READER_CASES = [  # (options.reader, the run's records (or where they stand to the format's threshold), decoded natively)

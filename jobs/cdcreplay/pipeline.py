@@ -29,8 +29,8 @@ from cdcreplay.contracts import (
     decoded_kind_folder,
 )
 from cdcreplay.formats import decoder_module
-from cdcreplay.formats.common import DECODED_DDL, KIND_CHANGE, KIND_QUARANTINE
-from cdcreplay.formats.wire.native_json import write_by_kind, write_decoded
+from cdcreplay.formats.common import DECODED_DDL, KIND_CHANGE, KIND_QUARANTINE, write_by_kind
+from cdcreplay.formats.wire.native_json import write_decoded
 from cdcreplay.publishing import QualityGateError
 from cdcreplay.run_spec import RunSpec
 from cdcreplay.schema import CHANGELOG_COLUMNS

@@ -1,4 +1,5 @@
-"""What every format shares: the entry a decoder emits per row-change, and the decoded rows entries become.
+"""What every format shares: the entry a decoder emits per row-change, the decoded rows entries become, and how
+those are written (``write_by_kind``).
 
 A format turns each raw Kafka record into entries (ENTRY_DDL: one per row-change; exactly one for a control message
 or a quarantined record) -- normally in Python (``python_rows``). Routing them is the same for every format
@@ -28,6 +29,7 @@ from cdcreplay.formats.routing import (  # the record kinds are defined with the
 from cdcreplay.formats.routing import KIND_CONTROL as KIND_CONTROL
 from cdcreplay.formats.routing import KIND_QUARANTINE as KIND_QUARANTINE
 from cdcreplay.formats.routing import RECORD_KINDS as RECORD_KINDS
+from cdcreplay.spark import one_file_per_folder
 
 RECORD_COLUMNS = ("topic", "partition", "offset", "timestamp", "key", "value")
 COORDINATES = ("topic", "partition", "offset")  # a record's Kafka coordinates: unique in a deduplicated selection
@@ -54,3 +56,30 @@ def finish(records: DataFrame, entries: Column, pipeline: PipelineConfig) -> Dat
             yield decoded_batch(batch, list(range(batch.num_rows)), rows, arrow_schema)
 
     return exploded.mapInArrow(run, DECODED_DDL)
+
+
+# Decoded columns whose values differ from row to row (a row's image values, key, position, coordinates, times):
+# Parquet's writer would build a dictionary of each column chunk's values and give it up once it outgrew its page.
+# That was 8.6% of the executors' time over a 2M-event Debezium run; without it the decode stage took 7-9% less
+# (docs/benchmarks.md, fifty-fifth session). The names, types and few-valued columns keep their dictionaries.
+UNIQUE_VALUED_COLUMNS = (
+    "key",
+    "after.key_value.value",
+    "before.key_value.value",
+    "position.list.element",
+    "event_time",
+    "offset",
+    "timestamp",
+    "detail",
+    "raw_key",
+    "raw_value",
+)
+
+
+def write_by_kind(decoded: DataFrame, path: str, mode: str, folders: int = len(RECORD_KINDS)) -> None:
+    """Decoded rows into ``path`` as Parquet, one ``record_kind=<kind>`` folder per kind, with a file open per folder
+    in each task instead of the rows sorted by kind first (``spark.one_file_per_folder``); ``folders``: how many
+    kinds the rows can have. Columns of unique values are written without a dictionary (``UNIQUE_VALUED_COLUMNS``)."""
+    no_dictionaries = {f"parquet.enable.dictionary#{column}": "false" for column in UNIQUE_VALUED_COLUMNS}
+    with one_file_per_folder(decoded.sparkSession, folders):
+        decoded.write.mode(mode).options(**no_dictionaries).partitionBy("record_kind").parquet(path)

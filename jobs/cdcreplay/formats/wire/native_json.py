@@ -26,8 +26,15 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from cdcreplay import schema as S
-from cdcreplay.formats.common import COORDINATES, DECODED_COLUMNS, KIND_CHANGE, KIND_CONTROL, RECORD_KINDS
-from cdcreplay.spark import one_file_per_folder, vectorized_parquet_reads
+from cdcreplay.formats.common import (
+    COORDINATES,
+    DECODED_COLUMNS,
+    KIND_CHANGE,
+    KIND_CONTROL,
+    RECORD_KINDS,
+    write_by_kind,
+)
+from cdcreplay.spark import vectorized_parquet_reads
 
 # Records the native path did not decode carry this flag false; the caller hands them to the Python decoder.
 NATIVE_FLAG = "native"
@@ -332,14 +339,6 @@ def write_decoded(native: DataFrame, records: DataFrame, python_decode, path: st
         second = second.where(keep)
     write_by_kind(second, path, "append")
     _remove(spark, pending_path)
-
-
-def write_by_kind(decoded: DataFrame, path: str, mode: str, folders: int = len(RECORD_KINDS)) -> None:
-    """Decoded rows into ``path`` as Parquet, one ``record_kind=<kind>`` folder per kind, with a file open per folder
-    in each task instead of the rows sorted by kind first (``spark.one_file_per_folder``); ``folders``: how many
-    kinds the rows can have."""
-    with one_file_per_folder(decoded.sparkSession, folders):
-        decoded.write.mode(mode).partitionBy("record_kind").parquet(path)
 
 
 def _exists(spark, path: str) -> bool:
