@@ -15,6 +15,7 @@ import random
 import re
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from archive_helpers import records_from_lines
 from frame_helpers import assert_same_frames
@@ -291,8 +292,6 @@ def test_two_pass_write_equals_decode(spark, tmp_path):
 
 def _dictionary_encoded(parquet_file: Path) -> dict[str, bool]:
     """Per column of the file's first row group, whether it has a dictionary page."""
-    import pyarrow.parquet as pq
-
     row_group = pq.ParquetFile(parquet_file).metadata.row_group(0)
     chunks = (row_group.column(i) for i in range(row_group.num_columns))
     return {chunk.path_in_schema: chunk.dictionary_page_offset is not None for chunk in chunks}

@@ -60,7 +60,7 @@ def finish(records: DataFrame, entries: Column, pipeline: PipelineConfig) -> Dat
 
 # Decoded columns whose values differ from row to row (a row's image values, key, position, coordinates, times):
 # Parquet's writer would build a dictionary of each column chunk's values and give it up once it outgrew its page.
-# That was 8.6% of the executors' time over a 2M-event Debezium run; without it the decode stage took 7-9% less
+# That was 8.6% of the executors' time over a 2M-event Debezium run; without it the decode stage took about 9% less
 # (docs/benchmarks.md, fifty-fifth session). The names, types and few-valued columns keep their dictionaries.
 UNIQUE_VALUED_COLUMNS = (
     "key",
