@@ -286,6 +286,7 @@ def test_two_pass_write_equals_decode(spark, tmp_path):
     assert change_files
     for changes in change_files:
         dictionaries = _dictionary_encoded(changes)
+        assert set(UNIQUE_VALUED_COLUMNS) <= dictionaries.keys(), "a listed column is not in the decoded files"
         assert {column for column in UNIQUE_VALUED_COLUMNS if dictionaries.get(column)} == set(), changes
         assert all(dictionaries[column] for column in ("table_id", "op", "after.key_value.key")), dictionaries
 
