@@ -54,6 +54,7 @@ READERS = {
     "dts-shareplex-json:reader=spark": ("dts-shareplex-json", {"reader": "spark"}),
     "drs-json-mysql:reader=spark": ("drs-json-mysql", {"reader": "spark"}),
     "drs-json-rdbms:reader=spark": ("drs-json-rdbms", {"reader": "spark"}),
+    "drs-avro:reader=spark": ("drs-avro", {"reader": "spark"}),
     "qlik-json:reader=spark": ("qlik-json", {"reader": "spark"}),
 }
 FORMATS = sorted(REGISTRY) + sorted(READERS)

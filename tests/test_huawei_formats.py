@@ -26,7 +26,7 @@ from cdcreplay.compaction import latest_rows
 from cdcreplay.config import ConfigError, PipelineConfig
 from cdcreplay.entrypoints import EXIT_OK, replay_main
 from cdcreplay.formats import dataworks_json, decoder, drs_json, dts_shareplex_json
-from cdcreplay.formats.drs_avro import split_table_name
+from cdcreplay.formats.envelopes.drs_record import split_table_name
 from cdcreplay.formats.envelopes.drs_variants import VARIANTS
 from cdcreplay.formats.python_rows import DecodeError, RawRecord, safe_decode
 from cdcreplay.formats.wire.avro_wire import fingerprint

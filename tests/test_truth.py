@@ -169,7 +169,16 @@ def test_nightly_incremental_runs_equal_the_truth_and_reruns_change_nothing(spar
 
 @pytest.mark.parametrize(
     "fmt",
-    ["debezium-json", "debezium-avro", "dts-shareplex-json", "drs-json-c", "dataworks-json", "dts-avro", "qlik-json"],
+    [
+        "debezium-json",
+        "debezium-avro",
+        "dts-shareplex-json",
+        "drs-json-c",
+        "dataworks-json",
+        "dts-avro",
+        "qlik-json",
+        "drs-avro",
+    ],
 )
 def test_native_reader_replays_to_the_truth(spark, tmp_path, fmt):
     """``options.reader: spark`` (Spark's JSON reader, ``from_avro``): the job's two-pass decode (native rows, then the

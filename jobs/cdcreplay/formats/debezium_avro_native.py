@@ -125,6 +125,17 @@ def from_avro_available(spark, pipeline: PipelineConfig) -> bool:
     return False
 
 
+def planned_native_rows(path, records: DataFrame, pipeline: PipelineConfig, reading, record_count: int | None):
+    """The rows of a native path that reads one writer schema (``path``: a module with ``table_plans`` and
+    ``native_rows``, ``reading``: what its ``reading_of`` made of the pipeline's schema) over the plans of a sample
+    of ``records``; None when the session has no spark-avro or ``reading`` is None (a schema of another shape): then
+    every record is decoded in Python."""
+    if not from_avro_available(records.sparkSession, pipeline) or reading is None:
+        return None
+    plans = path.table_plans(records, pipeline, reading, N.sample_rate(record_count))
+    return path.native_rows(records, pipeline, reading, plans)
+
+
 # --- schemas ---------------------------------------------------------------------------------------------------------
 
 

@@ -25,6 +25,8 @@ Mapping onto the changelog:
 Types: a value's Avro type gives its Spark type where it has one (boolean, int/long -> bigint, float/double ->
 double, bytes -> binary base64, decimal logical type -> exact text); a string value is a string unless
 ``tables.<t>.column_types`` declares the column. The record names no primary key: declare ``tables.<t>.primary_key``.
+This is the reference decoder, in Python with fastavro; Spark's ``from_avro`` decodes the row changes it can render
+exactly (``drs_avro_native``; ``options.reader``), this decoder the rest.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ from pyspark.sql import DataFrame
 
 from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
+from cdcreplay.formats import drs_avro_native
+from cdcreplay.formats.debezium_avro_native import planned_native_rows
+from cdcreplay.formats.envelopes.drs_record import CONTROL_OPERATIONS, ROW_OPERATIONS, split_table_name
 from cdcreplay.formats.python_rows import (
     DecodeError,
     RawRecord,
@@ -47,48 +52,9 @@ from cdcreplay.formats.python_rows import (
     position,
 )
 from cdcreplay.formats.wire.avro_wire import AvroWire, check_writer_schema
+from cdcreplay.formats.wire.native_json import decode_by_reader, reader_chooses_native
 
-FORMAT_ID = "drs-avro"
-ROW_OPERATIONS = {"INSERT": S.OP_INSERT, "INIT": S.OP_SNAPSHOT, "UPDATE": S.OP_UPDATE, "DELETE": S.OP_DELETE}
-CONTROL_OPERATIONS = {
-    "DDL": S.CONTROL_DDL_KIND,
-    "INIT_DDL": S.CONTROL_DDL_KIND,
-    "BEGIN": S.CONTROL_TRANSACTION,
-    "COMMIT": S.CONTROL_TRANSACTION,
-    "ROLLBACK": S.CONTROL_TRANSACTION,
-    "HEARTBEAT": S.CONTROL_HEARTBEAT,
-}
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def split_table_name(name: str) -> tuple[str | None, str | None, str]:
-    """``"db"."table"`` / ``db.schema.table`` -> (db, schema, table): dots inside double quotes belong to the name,
-    a doubled quote inside quotes is one quote."""
-    parts, current, quoted, at = [], [], False, 0
-    while at < len(name):
-        char = name[at]
-        if char == '"':
-            if quoted and name[at + 1 : at + 2] == '"':
-                current.append('"')
-                at += 2
-                continue
-            quoted = not quoted
-        elif char == "." and not quoted:
-            parts.append("".join(current))
-            current = []
-        else:
-            current.append(char)
-        at += 1
-    if quoted:
-        raise DecodeError(S.REASON_MISSING_TABLE, f"tableName {name!r} has an unclosed quote")
-    parts.append("".join(current))
-    if any(part == "" for part in parts) or len(parts) > 3:
-        raise DecodeError(S.REASON_MISSING_TABLE, f"tableName {name!r} is not table, db.table or db.schema.table")
-    if len(parts) == 3:
-        return parts[0], parts[1], parts[2]
-    if len(parts) == 2:
-        return parts[0], None, parts[1]
-    return None, None, parts[0]
 
 
 def _unwrap(element):
@@ -249,7 +215,7 @@ def wire_of(pipeline: PipelineConfig) -> AvroWire:
     )
 
 
-def decode(records: DataFrame, pipeline: PipelineConfig, *, base_state: DataFrame | None = None) -> DataFrame:
+def decode_in_python(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
     wire = wire_of(pipeline)
     # Confluent framing with one configured schema (no registry export): the id names the registry's copy of it.
     confluent_with_writer = wire.framing == "confluent" and not wire.registry_dir
@@ -270,3 +236,20 @@ def decode(records: DataFrame, pipeline: PipelineConfig, *, base_state: DataFram
         return record_entries(decoded, keys_by_table)
 
     return decode_with_python(records, decode_record, pipeline)
+
+
+def reads_natively(pipeline: PipelineConfig, record_count: int | None = None) -> bool:
+    """Whether ``from_avro`` decodes what ``drs_avro_native`` vouches for, the Python decoder the rest
+    (``options.reader``, as ``native_json.reader_chooses_native`` reads it)."""
+    return reader_chooses_native(pipeline, record_count)
+
+
+def decode_natively(records: DataFrame, pipeline: PipelineConfig, record_count: int | None = None) -> DataFrame | None:
+    """Every record with its native decoding and the ``native`` flag, or None when the session has no spark-avro or
+    the writer schema is not of the shape the native path reads (then every record is decoded in Python)."""
+    reading = drs_avro_native.reading_of(wire_of(pipeline))
+    return planned_native_rows(drs_avro_native, records, pipeline, reading, record_count)
+
+
+def decode(records: DataFrame, pipeline: PipelineConfig, *, base_state: DataFrame | None = None) -> DataFrame:
+    return decode_by_reader(records, pipeline, reads_natively, decode_natively, decode_in_python)

@@ -39,7 +39,7 @@ from pyspark.sql import DataFrame
 from cdcreplay import schema as S
 from cdcreplay.config import ConfigError, PipelineConfig
 from cdcreplay.formats import dts_avro_native
-from cdcreplay.formats.debezium_avro_native import from_avro_available
+from cdcreplay.formats.debezium_avro_native import planned_native_rows
 from cdcreplay.formats.envelopes.dts_record import (
     CONTROL_STREAM,
     FORMAT_ID,
@@ -61,7 +61,7 @@ from cdcreplay.formats.python_rows import (
 )
 from cdcreplay.formats.values.dts_avro_values import ABSENT, convert
 from cdcreplay.formats.wire.avro_wire import AvroWire, check_writer_schema
-from cdcreplay.formats.wire.native_json import decode_by_reader, reader_chooses_native, sample_rate
+from cdcreplay.formats.wire.native_json import decode_by_reader, reader_chooses_native
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -243,13 +243,8 @@ def decode_natively(records: DataFrame, pipeline: PipelineConfig, record_count: 
     """Every record with its native decoding and the ``native`` flag, or None when the session has no spark-avro or
     the writer schema's images are not DTS's value union (then every record is decoded in Python). The control
     records are taken even when no table version of the sample has a plan."""
-    if not from_avro_available(records.sparkSession, pipeline):
-        return None
     reading = dts_avro_native.reading_of(str(reader_of(pipeline).writer_schema))
-    if reading is None:
-        return None
-    plans = dts_avro_native.table_plans(records, pipeline, reading, sample_rate(record_count))
-    return dts_avro_native.native_rows(records, pipeline, reading, plans)
+    return planned_native_rows(dts_avro_native, records, pipeline, reading, record_count)
 
 
 def decode(records: DataFrame, pipeline: PipelineConfig, *, base_state: DataFrame | None = None) -> DataFrame:

@@ -67,6 +67,7 @@ from cdcreplay.formats.values.dts_avro_values import (
 )
 from cdcreplay.formats.values.native_forms import CALENDAR_DATE, MAX_DECIMAL_PRECISION, VALUE_FORMS
 from cdcreplay.formats.wire import native_json as N
+from cdcreplay.formats.wire.avro_wire import standalone_schema
 
 # At most this many table versions get a plan (the most frequent in the sample): each adds its conversions to one
 # generated projection, which must stay far below the JVM's 64 KB method limit.
@@ -96,51 +97,17 @@ SEPARATOR = "\u0001"  # between strings checked together for UTF-8: ASCII, so no
 # --- the writer schema -------------------------------------------------------------------------------------------
 
 
-def _full_name(name: str, namespace: str | None) -> str:
-    return name if "." in name or not namespace else f"{namespace}.{name}"
-
-
 def record_read_schema(document) -> tuple[dict, dict[str, int]]:
     """(the Record schema ``from_avro`` reads with, member index of each image value branch by short name).
 
     ``document``: the parsed ``.avsc``, one schema or a JSON array of named types whose last entry is the Record (as
-    ``avro_wire.load_schema`` reads it). Spark reads a schema on its own, so every named type the Record uses is
-    written out where it is first used and referred to by name after that."""
-    items = document if isinstance(document, list) else [document]
-    named = {_full_name(item["name"], item.get("namespace")): item for item in items if isinstance(item, dict)}
-    written: set[str] = set()
-
-    def inline(schema, namespace: str | None):
-        if isinstance(schema, str):
-            full = _full_name(schema, namespace)
-            if full in named and full not in written:
-                definition = named[full]
-                return inline(definition, definition.get("namespace", namespace))
-            return schema
-        if isinstance(schema, list):
-            return [inline(branch, namespace) for branch in schema]
-        if not isinstance(schema, dict):
-            return schema
-        kind = schema.get("type")
-        if kind in ("record", "error", "enum", "fixed"):
-            own = schema.get("namespace", namespace)
-            written.add(_full_name(schema["name"], own))
-            if kind == "enum" or kind == "fixed":
-                return schema
-            return {**schema, "fields": [{**f, "type": inline(f["type"], own)} for f in schema.get("fields", ())]}
-        if kind == "array":
-            return {**schema, "items": inline(schema["items"], namespace)}
-        if kind == "map":
-            return {**schema, "values": inline(schema["values"], namespace)}
-        return {**schema, "type": inline(kind, namespace)} if isinstance(kind, (list, dict)) else schema
-
-    record = items[-1]
-    read_schema = inline(record, record.get("namespace"))
+    ``avro_wire.load_schema`` reads it)."""
+    record = standalone_schema(document)
     image_type = next(f["type"] for f in record["fields"] if f["name"] == "afterImages")
     array = next(branch for branch in image_type if isinstance(branch, dict) and branch.get("type") == "array")
     branches = [b for b in array["items"] if b != "null"]
     members = {(b if isinstance(b, str) else b["name"]).rsplit(".", 1)[-1]: index for index, b in enumerate(branches)}
-    return read_schema, members
+    return record, members
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,46 @@ def load_schema(path: str):
         raise AvroSchemaError(f"Avro schema file {path} is not a valid Avro schema ({error})") from None
 
 
+def _full_name(name: str, namespace: str | None) -> str:
+    return name if "." in name or not namespace else f"{namespace}.{name}"
+
+
+def standalone_schema(document) -> dict:
+    """The message schema of a parsed ``.avsc`` (one schema, or a JSON array of named types whose last entry is the
+    message type, as :func:`load_schema` reads it) as one document that Spark's ``from_avro`` can read on its own:
+    every named type it uses written out where it is first used, and referred to by name after that."""
+    items = document if isinstance(document, list) else [document]
+    named = {_full_name(item["name"], item.get("namespace")): item for item in items if isinstance(item, dict)}
+    written: set[str] = set()
+
+    def inline(schema, namespace: str | None):
+        if isinstance(schema, str):
+            full = _full_name(schema, namespace)
+            if full in named and full not in written:
+                definition = named[full]
+                return inline(definition, definition.get("namespace", namespace))
+            return schema
+        if isinstance(schema, list):
+            return [inline(branch, namespace) for branch in schema]
+        if not isinstance(schema, dict):
+            return schema
+        kind = schema.get("type")
+        if kind in ("record", "error", "enum", "fixed"):
+            own = schema.get("namespace", namespace)
+            written.add(_full_name(schema["name"], own))
+            if kind == "enum" or kind == "fixed":
+                return schema
+            return {**schema, "fields": [{**f, "type": inline(f["type"], own)} for f in schema.get("fields", ())]}
+        if kind == "array":
+            return {**schema, "items": inline(schema["items"], namespace)}
+        if kind == "map":
+            return {**schema, "values": inline(schema["values"], namespace)}
+        return {**schema, "type": inline(kind, namespace)} if isinstance(kind, (list, dict)) else schema
+
+    record = items[-1]
+    return inline(record, record.get("namespace"))
+
+
 def fingerprint(parsed_schema) -> bytes:
     """CRC-64-AVRO fingerprint of a parsed schema, little-endian, as single-object encoding writes it."""
     from fastavro.schema import fingerprint as avro_fingerprint
