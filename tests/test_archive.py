@@ -15,9 +15,11 @@ from pyspark.sql import functions as F
 from cdcreplay import archive
 from cdcreplay.run_spec import OffsetRange
 from cdcreplay.spark import (
+    HUGE_METHOD_LIMIT,
     MAX_OPEN_FILES,
     MIN_SPLITS,
     SPLITS_PER_CORE,
+    no_methods_too_long_to_compile,
     one_file_per_folder,
     session_settings,
     spread_file_splits,
@@ -237,6 +239,17 @@ def test_a_write_into_a_few_folders_keeps_a_file_open_per_folder_and_the_session
         assert len(list((tmp_path / "out" / f"kind={kind}").glob("*.parquet"))) == 2
     written = spark.read.parquet(str(tmp_path / "out"))
     assert sorted(map(tuple, written.select("id", "kind").collect())) == sorted(map(tuple, rows.collect()))
+
+
+def test_a_stage_too_long_for_the_jit_runs_without_whole_stage_code_inside_the_block(spark):
+    # The native decoders' pass: a method HotSpot would not compile (over 8,000 bytes) makes Spark generate each
+    # operator's code apart instead; outside the block the session's own limit (Spark's 64 KB) is back.
+    limit = spark.conf.get(HUGE_METHOD_LIMIT)
+    with no_methods_too_long_to_compile(spark):
+        assert spark.conf.get(HUGE_METHOD_LIMIT) == "8000"
+        wide = spark.range(10).select(*[(F.col("id") * i + F.lit(i)).alias(f"c{i}") for i in range(300)])
+        assert wide.agg(F.sum("c299")).first()[0] == sum(n * 299 + 299 for n in range(10))
+    assert spark.conf.get(HUGE_METHOD_LIMIT) == limit
 
 
 def test_a_driver_started_here_maps_the_class_archive_set_up_wrote(spark):

@@ -141,6 +141,23 @@ def vectorized_parquet_reads(spark):
     return session_settings(spark, {VECTORIZED_READER: "true"})
 
 
+# HotSpot compiles no method of more than 8,000 bytes of bytecode (``DontCompileHugeMethods``): it interprets it, about
+# ten times slower. Spark gives up whole-stage code generation for a stage whose generated method is longer than this.
+HUGE_METHOD_LIMIT = "spark.sql.codegen.hugeMethodLimit"
+JIT_METHOD_LIMIT = 8000
+
+
+def no_methods_too_long_to_compile(spark):
+    """Inside the block, a stage whose whole-stage generated method would be too long for the JIT to compile runs
+    without whole-stage code generation: each operator's expressions are generated apart, in methods small enough to
+    compile.
+
+    A native decoder's projection grows with its plans (one per table): fused into one method it reached 17-39 KB of
+    bytecode for the simulator's three tables (Canal, Qlik, Shareplex, DRS JSON and Avro), which HotSpot then ran
+    interpreted. Spark's own limit (64 KB) is the JVM's, not the JIT's (docs/benchmarks.md, 2026-12-07)."""
+    return session_settings(spark, {HUGE_METHOD_LIMIT: str(JIT_METHOD_LIMIT)})
+
+
 def one_file_per_folder(spark, folders: int):
     """Inside the block, a write partitioned into at most ``folders`` folders keeps a file open per folder in each
     task, instead of sorting the task's rows by folder first.

@@ -34,7 +34,7 @@ from cdcreplay.formats.common import (
     RECORD_KINDS,
     write_by_kind,
 )
-from cdcreplay.spark import vectorized_parquet_reads
+from cdcreplay.spark import no_methods_too_long_to_compile, vectorized_parquet_reads
 
 # Records the native path did not decode carry this flag false; the caller hands them to the Python decoder.
 NATIVE_FLAG = "native"
@@ -328,7 +328,9 @@ def write_decoded(native: DataFrame, records: DataFrame, python_decode, path: st
     if keep is not None:
         first = first.where(flagged | keep)
     spark = native.sparkSession
-    with vectorized_parquet_reads(spark):  # no Python reads the archive in this pass
+    # No Python reads the archive in this pass; and the pass's projection, large, is generated in methods the JIT
+    # compiles.
+    with vectorized_parquet_reads(spark), no_methods_too_long_to_compile(spark):
         write_by_kind(first, path, "overwrite", folders=len(RECORD_KINDS) + 1)  # and PENDING
     pending_path = f"{path}/record_kind={PENDING}"
     if not _exists(spark, pending_path):
