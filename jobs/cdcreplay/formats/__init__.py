@@ -169,7 +169,7 @@ REGISTRY: dict[str, FormatSpec] = {
                 "auto (default), spark or python: spark has Spark's from_avro decode the row changes of configured "
                 "tables it can render exactly (needs spark-avro, which set-up fetches, and a writer schema of the "
                 "shape drs_avro_native reads) and Python the rest, python decodes every record with fastavro, auto "
-                "is spark for a run of at least 500,000 records (the same rows either way)",
+                "is spark for a run of at least 200,000 records (the same rows either way)",
                 ("auto", "python", "spark"),
             ),
         },

@@ -238,10 +238,16 @@ def decode_in_python(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
     return decode_with_python(records, decode_record, pipeline)
 
 
+# `reader: auto` decodes natively from this many records on. Measured on 2 cores (docs/benchmarks.md, fifty-sixth
+# session), the decode stage of the simulator's archives: native 10.0-10.4 s against 7.9-8.7 s in Python at 99,035
+# records, 14.6-14.8 s against 16.6-18.6 s at 297,233, 34.5 s against 77-83 s at 1,980,429.
+NATIVE_MIN_RECORDS = 200_000
+
+
 def reads_natively(pipeline: PipelineConfig, record_count: int | None = None) -> bool:
     """Whether ``from_avro`` decodes what ``drs_avro_native`` vouches for, the Python decoder the rest
     (``options.reader``, as ``native_json.reader_chooses_native`` reads it)."""
-    return reader_chooses_native(pipeline, record_count)
+    return reader_chooses_native(pipeline, record_count, NATIVE_MIN_RECORDS)
 
 
 def decode_natively(records: DataFrame, pipeline: PipelineConfig, record_count: int | None = None) -> DataFrame | None:
