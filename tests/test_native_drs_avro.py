@@ -121,7 +121,7 @@ CORNER_CASES = [  # (record, taken natively)
     (_record("INSERT", 16, after=["x", "a", "1.50"]), False),  # not an int: bad_value in Python
     (_record("INSERT", 17, after=["1", "a", "1.505"]), False),  # more scale than decimal(5,2)
     (_record("INSERT", 18, after=["1", "a", "1234.5"]), False),  # more integer digits than it holds
-    (_record("INSERT", 19, after=[str(2**31), "a", None]), False),
+    (_record("INSERT", 19, after=[str(2**31), "a", None]), False),  # beyond int
     (_record("INSERT", 20, after=["1", "a\u0002", None]), True),  # an untyped column holds any text
     (_record("INSERT", 21, after=["1", "x", "1"], names=("id", "id", "d")), False),  # a name twice
     (_record("INSERT", 22, after=["1", "x", "1"], names=("id", "", "d")), False),
@@ -137,7 +137,7 @@ CORNER_CASES = [  # (record, taken natively)
     (_record("COMMIT", 32, names=(), columnCount=0), False),
     (_record("INSERT", 33, after=ROW, updateTimestamp=-(10**15)), False),  # before year 1
     (_record("INSERT", 34, after=ROW, updateTimestamp=0), True),
-    (_record("INSERT", 2**62, after=ROW, updateTimestamp=0), True),
+    (_record("INSERT", 2**62, after=ROW, updateTimestamp=0), True),  # a seqno beyond a double's exact integers
 ]
 RAW_CASES = [  # (value, taken natively): bytes the records above cannot say
     (_single_object(_record("INSERT", 40, after=ROW)).replace(b"shop", b"sh\xffp"), False),  # fastavro refuses it
