@@ -64,7 +64,6 @@ INTEGERS = frozenset({"int", "long"})
 SINGLE_OBJECT_HEADER = len(SINGLE_OBJECT_MAGIC) + 8  # C3 01 and the 8-byte fingerprint
 CONFLUENT_HEADER = 5  # 00 and the 4-byte schema id
 REST = 2**31 - 1  # substring length: the rest of the value
-SEPARATOR = "\u0001"  # between strings checked together for UTF-8: ASCII, so no invalid tail joins a valid head
 
 
 # --- the writer schema -------------------------------------------------------------------------------------------
@@ -288,7 +287,7 @@ def _strings_ok(record: Column, reading: Reading) -> Column:
     strings = [record["operation"], record["tableName"], record["fields"]["name"]]
     strings += [record[side]["value"] for side in ("beforeImages", "afterImages")]
     strings += [record[name] for name in reading.other_strings]
-    return F.coalesce(F.is_valid_utf8(F.concat_ws(SEPARATOR, *strings)), F.lit(True))
+    return N.all_utf8(*strings)
 
 
 def _optional(record: Column, reading: Reading, name: str, data_type: str) -> Column:

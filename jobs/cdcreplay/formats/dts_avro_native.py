@@ -91,7 +91,6 @@ CP1252_BYTES = "^(?:[0-9A-F]{2})*[89]"  # the hex of bytes with one in 0x80-0x9F
 BINARY_CHARSET = "binary"
 # Seconds since the epoch of years 1000..9999, the range whose texts Python pads as Java does.
 FIRST_SECOND, LAST_SECOND = -30610224000, 253402300799
-SEPARATOR = "\u0001"  # between strings checked together for UTF-8: ASCII, so no invalid tail joins a valid head
 
 
 # --- the writer schema -------------------------------------------------------------------------------------------
@@ -234,11 +233,6 @@ def table_plans(records: DataFrame, pipeline: PipelineConfig, reading: Reading, 
 # --- values ------------------------------------------------------------------------------------------------------
 
 
-def _utf8(*texts: Column) -> Column:
-    """Every one of ``texts`` is valid UTF-8 (or NULL): fastavro refuses a record whose string is not."""
-    return F.coalesce(F.is_valid_utf8(F.concat_ws(SEPARATOR, *texts)), F.lit(True))
-
-
 def _padded(number: Column, digits: int) -> Column:
     """``number`` with leading zeros to ``digits`` digits (for a number its checks hold to that many: Java's
     String.format, which ``format_string`` calls, costs a microsecond)."""
@@ -334,7 +328,7 @@ def _character(value: Column) -> tuple[Column, Column, Column]:
     )
     text = F.when(is_binary, F.base64(raw)).when(is_latin1, F.decode(raw, "ISO-8859-1")).otherwise(utf8_text)
     spark_type = F.when(is_binary, F.lit("binary")).otherwise(F.lit("string"))
-    return text, spark_type, ok & _utf8(charset)
+    return text, spark_type, ok & N.all_utf8(charset)
 
 
 def _branch(value: Column, branch: str, code: int, spark_type: str | None) -> tuple[Column, Column, Column]:
@@ -357,9 +351,9 @@ def _branch(value: Column, branch: str, code: int, spark_type: str | None) -> tu
     if branch == CHARACTER:
         return _character(value)
     if branch == TEXT_OBJECT:
-        return value["value"], F.lit("string"), _utf8(value["value"], value["type"])
+        return value["value"], F.lit("string"), N.all_utf8(value["value"], value["type"])
     if branch == BINARY_OBJECT:
-        return F.base64(value["value"]), F.lit("binary"), _utf8(value["type"])
+        return F.base64(value["value"]), F.lit("binary"), N.all_utf8(value["type"])
     raise ValueError(f"no native conversion of {branch}")
 
 
@@ -533,10 +527,10 @@ def _strings_ok(record: Column) -> Column:
         record["sourceTxid"],
         record["source"]["version"],
         record["objectName"],
-        F.array_join(F.map_keys(tags), SEPARATOR),
-        F.array_join(F.map_values(tags), SEPARATOR),
+        F.array_join(F.map_keys(tags), N.UTF8_SEPARATOR),
+        F.array_join(F.map_values(tags), N.UTF8_SEPARATOR),
     )
-    return record["operation"].isNotNull() & _utf8(*strings)
+    return record["operation"].isNotNull() & N.all_utf8(*strings)
 
 
 def _identity(object_name: Column) -> dict[str, Column]:
@@ -582,7 +576,7 @@ def _controls(record: Column, event_time: Column, pipeline: PipelineConfig) -> t
     is_ddl, is_stream = operation == "DDL", operation.isin(*STREAM_OPS)
     ddl_text = record["afterImages"]["member0"]
     bare = record["fields"].isNull() & record["beforeImages"].isNull()
-    bare = bare & (record["afterImages"].isNull() | (is_ddl & ddl_text.isNotNull() & _utf8(ddl_text)))
+    bare = bare & (record["afterImages"].isNull() | (is_ddl & ddl_text.isNotNull() & N.all_utf8(ddl_text)))
     names_ok = object_name.isNull() | (F.size(F.split(object_name, r"\.")) <= 3)
     kind_ok = is_transaction | is_ddl | is_stream | (is_heartbeat & event_time.isNotNull())
     transaction = F.concat(operation, F.lit(" txid="), record["sourceTxid"], F.lit(" id="), record["id"].cast("string"))

@@ -79,6 +79,17 @@ def text_of(binary: Column) -> Column:
     return F.when(F.is_valid_utf8(binary.cast("string")), binary.cast("string"))
 
 
+# Between strings checked together for UTF-8 (``all_utf8``): ASCII, so no invalid tail joins a valid head.
+UTF8_SEPARATOR = "\u0001"
+
+
+def all_utf8(*texts: Column) -> Column:
+    """Every one of ``texts`` (strings, or arrays of strings) is valid UTF-8 or NULL. Avro strings reach Spark as
+    raw bytes, unchecked; fastavro refuses a record that holds one that is not UTF-8, so a native Avro path takes
+    none."""
+    return F.coalesce(F.is_valid_utf8(F.concat_ws(UTF8_SEPARATOR, *texts)), F.lit(True))
+
+
 def plain_numbers(text: Column) -> Column:
     """True when every number token of ``text`` reads back from a double as written (so a string field holds the
     token's own text); conservative: a string that looks like such a token also says false."""
