@@ -1,8 +1,14 @@
-"""Hand-made Qlik Replicate JSON messages for the tests: MD envelopes of table HR.EMP, DT messages, sequences."""
+"""Hand-made Qlik Replicate messages for the tests: JSON MD envelopes of table HR.EMP, DT messages, sequences; Avro
+data schemas, records and atMSG envelopes."""
 
 from __future__ import annotations
 
+import io
 import json
+
+import fastavro
+
+from cdcreplay.formats.envelopes.qlik_envelope import ENVELOPE_SCHEMA
 
 
 def md(schema_id: str, version: int, columns: list[tuple[str, str, int]], **extra) -> str:
@@ -42,3 +48,47 @@ V2 = [("ID", "INT4", 1), ("CITY", "STRING", 0), ("NAME", "STRING", 0), ("SALARY"
 
 def seq(n: int) -> str:
     return f"{20260101000000000 + n:017d}{n:018d}"
+
+
+# --- Avro ---------------------------------------------------------------------------------------------------------
+
+DATA_NS = "com.attunity.queue.msg.srv.HR.EMP"
+HEADERS = {
+    "type": "record",
+    "name": "Headers",
+    "namespace": "com.attunity.queue.msg",
+    "fields": [
+        {"name": "operation", "type": {"type": "enum", "name": "op", "symbols": ["INSERT", "UPDATE", "DELETE", "REFRESH"]}},
+        {"name": "changeSequence", "type": "string"},
+        {"name": "columnMask", "type": ["null", "bytes"], "default": None},
+        {"name": "transactionEventCounter", "type": ["null", "long"], "default": None},
+    ],
+}  # fmt: skip
+
+
+def data_schema(columns: list[tuple[str, object]]) -> dict:
+    fields = [{"name": n, "type": ["null", t], "default": None} for n, t in columns]
+    return {
+        "type": "record",
+        "name": "DataRecord",
+        "namespace": DATA_NS,
+        "fields": [
+            {"name": "data", "type": {"type": "record", "name": "Data", "fields": fields}},
+            {"name": "beforeData", "type": ["null", f"{DATA_NS}.Data"], "default": None},
+            {"name": "headers", "type": HEADERS},
+        ],
+    }
+
+
+def avro(schema, record) -> bytes:
+    stream = io.BytesIO()
+    fastavro.schemaless_writer(stream, fastavro.parse_schema(schema), record)
+    return stream.getvalue()
+
+
+def envelope(kind: str, body: bytes, schema_id=None, schema_text=None) -> bytes:
+    return avro(
+        ENVELOPE_SCHEMA,
+        {"magic": b"atMSG", "type": kind, "headers": None, "messageSchemaId": schema_id,
+         "messageSchema": schema_text, "message": body},
+    )  # fmt: skip

@@ -56,6 +56,7 @@ READERS = {
     "drs-json-rdbms:reader=spark": ("drs-json-rdbms", {"reader": "spark"}),
     "drs-avro:reader=spark": ("drs-avro", {"reader": "spark"}),
     "qlik-json:reader=spark": ("qlik-json", {"reader": "spark"}),
+    "qlik-avro:reader=spark": ("qlik-avro", {"reader": "spark"}),
 }
 FORMATS = sorted(REGISTRY) + sorted(READERS)
 CONFORMANCE = Path(__file__).parent / "data" / "conformance"

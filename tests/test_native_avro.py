@@ -179,6 +179,14 @@ CORNER_CASES = [  # (event, taken natively)
 ]
 
 
+def _with_boolean_byte(value: bytes, byte: int) -> bytes:
+    """The Confluent value of an event with ``ok`` true, its boolean's byte replaced (fastavro reads any byte but 0 as
+    true, Java's reader only 1: the native path reads the byte)."""
+    false = confluent(2, ENVELOPE, _event(ok=False))
+    [at] = [i for i, (a, b) in enumerate(zip(value, false, strict=True)) if a != b]
+    return value[:at] + bytes([byte]) + value[at + 1 :]
+
+
 def test_corner_cases_are_taken_only_when_exact(spark, tmp_path):
     registry = tmp_path / "registry"
     registry.mkdir()
@@ -191,6 +199,7 @@ def test_corner_cases_are_taken_only_when_exact(spark, tmp_path):
         _message(_event(s=b"caf\xe9"), RAW_STRING_ENVELOPE),  # invalid UTF-8: fastavro refuses it
         (good[0], good[1][:-3], []),  # truncated: bad_avro
         (good[0], good[1][:5] + b"\xff\xff\xff", []),
+        *[(g[0], _with_boolean_byte(g[1], byte), []) for g in [_message(_event(ok=True))] for byte in (0, 2, 0xFF)],
         (good[0], b"\x00\x00\x00\x00\x09" + good[1][5:], []),  # an id the registry does not hold: unknown_schema
         (good[0], b"\x01" + good[1][1:], []),  # no Confluent frame
         (b'{"id":1}', good[1], []),  # a JSON key beside an Avro value: Python
@@ -200,7 +209,7 @@ def test_corner_cases_are_taken_only_when_exact(spark, tmp_path):
         (good[0], b"", []),
         (None, None, [("h", b"1")]),
     ]
-    expected += [False, False, False, False, False, False, False, False, True, True, True]
+    expected += [False, False, False, True, True, True, False, False, False, False, False, True, True, True]
     assert _compare(records_frame(spark, records), _pipeline(registry)) == expected
 
 

@@ -6,19 +6,17 @@ whole rows; compaction runs where the final state is what matters (column-mask g
 
 from __future__ import annotations
 
-import io
 import json
 import struct
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
-import fastavro
 import pytest
 from archive_helpers import Record, write_parquet
 from frame_helpers import assert_live_state
 from pyspark.sql import functions as F
-from qlik_helpers import V1, V2, dt, md, seq
+from qlik_helpers import V1, V2, avro, data_schema, dt, envelope, md, seq
 
 from cdcreplay import archive
 from cdcreplay.compaction import latest_rows
@@ -352,34 +350,6 @@ def test_a_metadata_candidate_the_first_pass_cannot_index_does_not_end_the_run(s
 
 # --- Avro --------------------------------------------------------------------------------------------------------------
 
-DATA_NS = "com.attunity.queue.msg.srv.HR.EMP"
-HEADERS = {
-    "type": "record",
-    "name": "Headers",
-    "namespace": "com.attunity.queue.msg",
-    "fields": [
-        {"name": "operation", "type": {"type": "enum", "name": "op", "symbols": ["INSERT", "UPDATE", "DELETE", "REFRESH"]}},
-        {"name": "changeSequence", "type": "string"},
-        {"name": "columnMask", "type": ["null", "bytes"], "default": None},
-        {"name": "transactionEventCounter", "type": ["null", "long"], "default": None},
-    ],
-}  # fmt: skip
-
-
-def data_schema(columns: list[tuple[str, object]]) -> dict:
-    fields = [{"name": n, "type": ["null", t], "default": None} for n, t in columns]
-    return {
-        "type": "record",
-        "name": "DataRecord",
-        "namespace": DATA_NS,
-        "fields": [
-            {"name": "data", "type": {"type": "record", "name": "Data", "fields": fields}},
-            {"name": "beforeData", "type": ["null", f"{DATA_NS}.Data"], "default": None},
-            {"name": "headers", "type": HEADERS},
-        ],
-    }
-
-
 AVRO_COLUMNS = [
     ("ID", "int"),
     ("NAME", "string"),
@@ -388,20 +358,6 @@ AVRO_COLUMNS = [
 ]
 SCHEMA = data_schema(AVRO_COLUMNS)
 SCHEMA_TEXT = json.dumps(SCHEMA)
-
-
-def avro(schema, record) -> bytes:
-    stream = io.BytesIO()
-    fastavro.schemaless_writer(stream, fastavro.parse_schema(schema), record)
-    return stream.getvalue()
-
-
-def envelope(kind: str, body: bytes, schema_id=None, schema_text=None) -> bytes:
-    return avro(
-        ENVELOPE_SCHEMA,
-        {"magic": b"atMSG", "type": kind, "headers": None, "messageSchemaId": schema_id,
-         "messageSchema": schema_text, "message": body},
-    )  # fmt: skip
 
 
 def md_avro(schema_id: str) -> bytes:

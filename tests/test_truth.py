@@ -178,6 +178,7 @@ def test_nightly_incremental_runs_equal_the_truth_and_reruns_change_nothing(spar
         "dts-avro",
         "qlik-json",
         "drs-avro",
+        "qlik-avro",
     ],
 )
 def test_native_reader_replays_to_the_truth(spark, tmp_path, fmt):

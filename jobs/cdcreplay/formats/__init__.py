@@ -212,6 +212,14 @@ REGISTRY: dict[str, FormatSpec] = {
             "schema_registry_export": FormatOption(
                 "path", "schema-registry export file: JSON array or JSON lines of {id, schema}"
             ),
+            "reader": FormatOption(
+                "choice",
+                "auto (default), spark or python: spark has Spark's from_avro decode the atMSG data messages it can "
+                "render exactly (needs spark-avro, which set-up fetches) and Python the rest, python decodes every "
+                "record with fastavro, auto is spark for a run of at least 1,000,000 records (the same rows either "
+                "way)",
+                ("auto", "python", "spark"),
+            ),
         },
     ),
 }

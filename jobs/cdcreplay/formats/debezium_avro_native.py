@@ -10,9 +10,10 @@ JSON wire's own expressions (``debezium_native.change_rows``) from the same text
 
 ``from_avro`` reads with the writer schema stripped of its logical types, so that every value arrives as the
 primitive Avro wrote (a decimal's unscaled bytes, a date's days, a timestamp's count), as the Python decoder reads it
-before its conversions. Which records it takes: a value whose schema id has a plan (a relational Debezium envelope
-whose image fields are primitives), keyed by a Confluent-framed Avro key of a known record schema, whose strings are
-valid UTF-8 (fastavro refuses others) and whose doubles Java prints as Python does (``as_python_writes``). A record
+before its conversions; and each boolean as its byte, which fastavro and Java read alike only when it is 0 or 1.
+Which records it takes: a value whose schema id has a plan (a relational Debezium envelope whose image fields are
+primitives), keyed by a Confluent-framed Avro key of a known record schema, whose strings are valid UTF-8 (fastavro
+refuses others) and whose doubles Java prints as Python does (``as_python_writes``). A record
 ``from_avro`` cannot read gives a struct of nulls in PERMISSIVE mode; the envelope's ``op`` (required by the schema)
 tells it apart, and it goes to Python, which quarantines it with the reason. Everything else -- other schema ids,
 JSON keys, transaction metadata, heartbeats, TOAST placeholders -- is the Python decoder's, as on the JSON wire.
@@ -61,6 +62,7 @@ from cdcreplay.formats.values.debezium_values import (
     Field,
 )
 from cdcreplay.formats.wire import native_json as N
+from cdcreplay.formats.wire.avro_wire import booleans_as_bytes, without_logical_types
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +73,7 @@ AVRO_OPTIONS = {"mode": "PERMISSIVE"}
 TEXT_OF = {
     "int": lambda value: value.cast("string"),
     "long": lambda value: value.cast("string"),
-    "boolean": lambda value: value.cast("string"),  # true / false
+    "boolean": N.raw_boolean_text,  # read as its byte: booleans_as_bytes
     "string": lambda value: value,
     "enum": lambda value: value,
     "bytes": F.base64,
@@ -137,19 +139,6 @@ def planned_native_rows(path, records: DataFrame, pipeline: PipelineConfig, read
 
 
 # --- schemas ---------------------------------------------------------------------------------------------------------
-
-
-def _without_logical_types(schema):
-    """The schema with every ``logicalType`` removed: values arrive as the primitives Avro wrote."""
-    if isinstance(schema, list):
-        return [_without_logical_types(branch) for branch in schema]
-    if isinstance(schema, dict):
-        return {
-            key: _without_logical_types(value) if key in ("type", "fields", "items", "values") else value
-            for key, value in schema.items()
-            if key != "logicalType"
-        }
-    return schema
 
 
 def _primitive_kind(schema) -> tuple[str, bool] | None:
@@ -225,7 +214,7 @@ def avro_plan(schema_id: int, schema_text: str) -> AvroPlan | None:
         if field.name in CONVERSION_KINDS and kind not in CONVERSION_KINDS[field.name]:
             return None
     ts_ms = _primitive_kind(fields["ts_ms"]) if "ts_ms" in fields else None
-    read_schema = json.dumps(_without_logical_types(schema), separators=(",", ":"))
+    read_schema = json.dumps(booleans_as_bytes(without_logical_types(schema)), separators=(",", ":"))
     return AvroPlan(schema_id, read_schema, tuple(image), tuple(source), ts_ms[0] if ts_ms else None, plan)
 
 
@@ -255,7 +244,7 @@ def key_plan(schema_id: int, schema_text: str) -> KeyPlan | None:
         return None
     if any(name in ALSO_PYTHON_KEY_NAMES for name, _, _ in fields):
         return None
-    read_schema = json.dumps(_without_logical_types(schema), separators=(",", ":"))
+    read_schema = json.dumps(booleans_as_bytes(without_logical_types(schema)), separators=(",", ":"))
     return KeyPlan(schema_id, read_schema, tuple(fields))
 
 

@@ -49,6 +49,7 @@ from cdcreplay.formats.wire.avro_wire import (
     CONFLUENT_MAGIC,
     SINGLE_OBJECT_MAGIC,
     AvroWire,
+    SchemaTypes,
     fingerprint,
     load_schema,
     standalone_schema,
@@ -69,43 +70,8 @@ REST = 2**31 - 1  # substring length: the rest of the value
 # --- the writer schema -------------------------------------------------------------------------------------------
 
 
-def _named_types(schema, found: dict | None = None) -> dict[str, dict]:
-    """The records, enums and fixed types defined anywhere in ``schema``, by short name (a later reference to one is
-    its name alone)."""
-    found = {} if found is None else found
-    if isinstance(schema, list):
-        for branch in schema:
-            _named_types(branch, found)
-    elif isinstance(schema, dict):
-        if schema.get("type") in ("record", "error", "enum", "fixed") and "name" in schema:
-            found[schema["name"].rsplit(".", 1)[-1]] = schema
-        for field in schema.get("fields", ()):
-            _named_types(field.get("type"), found)
-        for part in ("items", "values"):
-            if part in schema:
-                _named_types(schema[part], found)
-        if isinstance(schema.get("type"), (list, dict)):
-            _named_types(schema["type"], found)
-    return found
-
-
-class _Shapes:
+class _Shapes(SchemaTypes):
     """Checks of a field's Avro type against the shape the native path reads, named references resolved."""
-
-    def __init__(self, record: dict):
-        self.named = _named_types(record)
-
-    def resolved(self, schema):
-        if isinstance(schema, str) and schema.rsplit(".", 1)[-1] in self.named:
-            return self.named[schema.rsplit(".", 1)[-1]]
-        return schema
-
-    def nullable(self, schema) -> tuple[object, bool]:
-        """(the one non-null branch of a union with null, or the schema itself, resolved; whether null is allowed)."""
-        if isinstance(schema, list):
-            branches = [branch for branch in schema if branch != "null"]
-            return (self.resolved(branches[0]) if len(branches) == 1 else None), len(branches) < len(schema)
-        return self.resolved(schema), False
 
     def record_of_one_string(self, schema, field: str) -> bool:
         """``schema`` is a record whose only field is ``field``, a string."""

@@ -25,36 +25,28 @@ from pyspark.sql import functions as F
 
 from cdcreplay import schema as S
 from cdcreplay.config import PipelineConfig
+from cdcreplay.formats import qlik_avro_native
 from cdcreplay.formats.debezium_avro import ConfluentSchemas, schemas_for
 from cdcreplay.formats.debezium_avro import check_config as check_config  # the same registry options
+from cdcreplay.formats.debezium_avro_native import from_avro_available
 from cdcreplay.formats.envelopes.qlik_envelope import (
     DATA_NAMESPACE,
     ENVELOPE_MAGIC,
+    ENVELOPE_SCHEMA,
     DataMessage,
     MetadataIndex,
     QlikMetadata,
     avro_text,
     changes,
+    collect_metadata,
     decode_qlik,
     metadata_control,
     metadata_from_message,
 )
 from cdcreplay.formats.python_rows import DecodeError, RawRecord
+from cdcreplay.formats.wire.native_json import decode_by_reader, reader_chooses_native, sample_rate
 
 FORMAT_ID = "qlik-avro"
-# Transcribed from Qlik's documentation page "The Replicate envelope" (tests/data/conformance/qlik-replicate).
-ENVELOPE_SCHEMA = {
-    "type": "record",
-    "name": "MessageEnvelope",
-    "fields": [
-        {"name": "magic", "type": {"type": "fixed", "name": "Magic", "size": 5}},
-        {"name": "type", "type": "string"},
-        {"name": "headers", "type": ["null", {"type": "map", "values": "string"}]},
-        {"name": "messageSchemaId", "type": ["null", "string"]},
-        {"name": "messageSchema", "type": ["null", "string"]},
-        {"name": "message", "type": "bytes"},
-    ],
-}
 MD_PREFIX = ENVELOPE_MAGIC.encode("ascii") + b"\x04MD"  # fixed magic, then type "MD" (zig-zag length 2 = 0x04)
 
 
@@ -279,8 +271,36 @@ def make_decoder(index: MetadataIndex, registry: ConfluentSchemas):
     return decode_record
 
 
-def decode(records: DataFrame, pipeline: PipelineConfig, *, base_state: DataFrame | None = None) -> DataFrame:
+def decode_in_python(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
     registry = schemas_for(pipeline)
     return decode_qlik(
         records, pipeline, metadata_candidates, parse_metadata, lambda index: make_decoder(index, registry)
     )
+
+
+# `reader: auto` decodes natively from this many records on. Measured on 2 cores (docs/benchmarks.md, fifty-seventh
+# session), the decode stage of the simulator's archives: native 15.6-16.6 s against 11.7 s in Python at 99,038
+# records, 24.3-25.4 s against 18.9-20.6 s at 297,236, 45.4 s against 47.4 s at 990,144, 53.7-55.3 s against
+# 79.1-90.8 s at 1,980,432. The native path's fixed cost (the metadata read twice, planning and compiling a wide
+# projection, the second pass for the records left to Python) is about 8 s.
+NATIVE_MIN_RECORDS = 1_000_000
+
+
+def reads_natively(pipeline: PipelineConfig, record_count: int | None = None) -> bool:
+    """Whether ``from_avro`` decodes what ``qlik_avro_native`` vouches for, the Python decoder the rest
+    (``options.reader``, as ``native_json.reader_chooses_native`` reads it)."""
+    return reader_chooses_native(pipeline, record_count, NATIVE_MIN_RECORDS)
+
+
+def decode_natively(records: DataFrame, pipeline: PipelineConfig, record_count: int | None = None) -> DataFrame | None:
+    """Every record with its native decoding and the ``native`` flag, or None when the session has no spark-avro or
+    no MD message of the archive has a native plan (then every record is decoded in Python)."""
+    if not from_avro_available(records.sparkSession, pipeline):
+        return None
+    index = collect_metadata(records, pipeline, metadata_candidates, parse_metadata)
+    plans = qlik_avro_native.table_plans(index, records, pipeline, sample_rate(record_count))
+    return qlik_avro_native.native_rows(records, plans) if plans else None
+
+
+def decode(records: DataFrame, pipeline: PipelineConfig, *, base_state: DataFrame | None = None) -> DataFrame:
+    return decode_by_reader(records, pipeline, reads_natively, decode_natively, decode_in_python)

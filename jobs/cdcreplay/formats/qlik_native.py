@@ -19,6 +19,9 @@ A REFRESH row has no position of its own: it takes the position of the last chan
 (``qlik_envelope._with_refresh_positions``), which the native path finds by the same window over its own records. The
 Python decoder, which decodes the records the native path leaves, sees only those; so a REFRESH record left to Python
 takes with it the last change the native path decoded before it (:func:`_refresh_positions`).
+
+The Avro wire (``qlik_avro_native``) reads its messages its own way and shares everything from the images on
+(:func:`rows_of_messages`).
 """
 
 from __future__ import annotations
@@ -80,6 +83,11 @@ class TablePlan:
     metadata_keys: tuple[str, ...]
     key_columns: tuple[str, ...]
     types: tuple[tuple[str, str], ...]
+    # The JSON wire writes BYTES values as hex digits, which the decoder turns into base64; the Avro wire's bytes
+    # arrive as base64 already (``qlik_avro_native``).
+    hex_binary: bool = True
+    # Columns whose values the wire holds in their type's form already (an Avro int in an int column): not checked.
+    held: frozenset[str] = frozenset()
 
     @property
     def table_id(self) -> str:
@@ -88,6 +96,8 @@ class TablePlan:
     @property
     def binary(self) -> list[str]:
         """The columns whose JSON values are hex digits the decoder turns into base64."""
+        if not self.hex_binary:
+            return []
         return [name for name, _, spark_type in self.columns if spark_type == BINARY]
 
     @property
@@ -99,8 +109,9 @@ class TablePlan:
 
     @property
     def forms(self) -> list[tuple[str, str]]:
-        """(column, form) of the values checked: every typed column but the converted binary ones."""
-        return [(name, value_form(t)) for name, t in self.types if t not in ("string", BINARY)]
+        """(column, form) of the values checked: every typed column but the binary ones and those the wire holds."""
+        checked = [(name, t) for name, t in self.types if t not in ("string", BINARY) and name not in self.held]
+        return [(name, value_form(t)) for name, t in checked]
 
 
 def table_plan(md: QlikMetadata, pipeline: PipelineConfig) -> TablePlan | None:
@@ -310,14 +321,30 @@ def _change_time(headers: Column) -> tuple[Column, Column]:
 
 
 def native_rows(records: DataFrame, plans: list[TablePlan]) -> DataFrame:
-    """Every record with its natively decoded row and the ``native`` flag (see ``native_json``). Built in steps, each
-    a projection over the last one's columns, so that no expression is copied into every place that reads it."""
-    return _rows(_refresh_positions(_checked(_images(_fields(records, plans), plans), plans)), plans)
+    """Every record with its natively decoded row and the ``native`` flag (see ``native_json``)."""
+    return rows_of_messages(_fields(records, plans), plans, FORMAT_ID)
+
+
+def rows_of_messages(fields: DataFrame, plans: list[TablePlan], format_id: str) -> DataFrame:
+    """The rows of the records as either wire's reader gives their messages (``fields``: the columns ``_fields``
+    makes). Built in steps, each a projection over the last one's columns, so that no expression is copied into every
+    place that reads it."""
+    return _rows(_refresh_positions(_checked(_images(fields, plans), plans)), plans, format_id)
+
+
+def row_op(operation: Column) -> Column:
+    """The changelog op of ``headers.operation`` spelled as Replicate writes it (NULL for any other spelling)."""
+    op = F.lit(None).cast("string")
+    for name, value in OPERATIONS.items():
+        op = F.when(operation == name, F.lit(value)).otherwise(op)
+    return op
 
 
 def _fields(records: DataFrame, plans: list[TablePlan]) -> DataFrame:
     """The records with what their message says: plan index (-1: none), op, whether both readers read it alike as a
-    data message (``_readable``), a REFRESH or an MD message, its images as parsed and its headers."""
+    data message (``_readable``), a REFRESH (``_refresh``: NULL where the native path cannot tell, a record the Python
+    decoder may find one in) or an MD message, its images as parsed (``_data_in``, ``_before_in``: map<string,string>)
+    and its headers (``_headers``: HEADERS_DDL)."""
     text = N.text_of(F.col("value"))
     located = records.select(*N.CARRIED[:4], text.alias("_text"), *N.tombstone_columns())
     parsed = located.select("*", N.parse(F.col("_text"), MESSAGE_DDL).alias("_m"))
@@ -340,14 +367,11 @@ def _fields(records: DataFrame, plans: list[TablePlan]) -> DataFrame:
     for index, plan in reversed(list(enumerate(plans))):
         plan_index = F.when(F.col("_named") == plan.schema_id, F.lit(index)).otherwise(plan_index)
     operation = F.col("_headers")["operation"]
-    op = F.lit(None).cast("string")
-    for name, value in OPERATIONS.items():
-        op = F.when(operation == name, F.lit(value)).otherwise(op)
     is_data = F.col("_is_data")
     return parts.select(
         *N.CARRIED,
         F.coalesce(plan_index, F.lit(-1)).alias("_plan"),
-        op.alias("_op"),
+        row_op(operation).alias("_op"),
         (is_data & F.col("_plain")).alias("_readable"),
         F.coalesce(is_data & (operation == "REFRESH"), F.lit(False)).alias("_refresh"),
         "_metadata",
@@ -421,8 +445,11 @@ def _refresh_positions(checked: DataFrame) -> DataFrame:
     pass; a natively decoded change with one is known; any other record is left to Python, which may or may not
     decode such a change from it. A REFRESH after a known change takes its position; after a record left to Python
     it is left to Python too. And the last known change before a REFRESH left to Python goes to Python with it: the
-    Python decoder then sees every change that can precede the REFRESH, so that it finds the same one."""
-    passes = F.col(N.TOMBSTONE) | F.col("_refresh") | F.col("_metadata")
+    Python decoder then sees every change that can precede the REFRESH, so that it finds the same one. A record whose
+    kind the native path cannot tell (``_refresh`` NULL: a message of the Avro wire it cannot read) counts as a
+    REFRESH left to Python."""
+    refresh = F.coalesce(F.col("_refresh"), F.lit(False))
+    passes = F.col(N.TOMBSTONE) | refresh | F.col("_metadata")
     passes = passes | (F.col("_vouched") & (F.col("_op") != S.OP_SNAPSHOT) & (F.size("position") == 0))
     role = F.when(passes, _PASSES).when(F.col("_vouched"), _KNOWN).otherwise(_UNKNOWN)
     # Both frames grow from the partition's start (in offset order, then in reverse): a frame that runs to the
@@ -445,14 +472,15 @@ def _refresh_positions(checked: DataFrame) -> DataFrame:
         .otherwise(F.col("position"))
         .alias("position"),
     )
-    left = F.col("_refresh") & ~F.col("_vouched")  # a REFRESH the Python decoder gets
+    # A REFRESH the Python decoder gets, or a record it may find one in.
+    left = F.coalesce(F.col("_refresh"), ~F.col(N.TOMBSTONE)) & ~F.col("_vouched")
     next_known = F.last(F.when(F.col("_role") == _KNOWN, F.col("offset")), ignorenulls=True).over(later)
     next_left = F.last(F.when(left, F.col("offset")), ignorenulls=True).over(later)
     goes_along = (F.col("_role") == _KNOWN) & next_left.isNotNull() & (next_known.isNull() | (next_left < next_known))
     return placed.withColumn("_vouched", F.col("_vouched") & ~F.coalesce(goes_along, F.lit(False)))
 
 
-def _rows(checked: DataFrame, plans: list[TablePlan]) -> DataFrame:
+def _rows(checked: DataFrame, plans: list[TablePlan], format_id: str) -> DataFrame:
     """The changelog row of each record and its native flag."""
     plan = F.col("_plan")
 
@@ -460,7 +488,7 @@ def _rows(checked: DataFrame, plans: list[TablePlan]) -> DataFrame:
         return N.per_plan(plan, values, F.lit(None).cast(data_type))
 
     row = N.changelog_row(
-        FORMAT_ID,
+        format_id,
         native=F.col("_vouched"),
         table_id=of_plan([F.lit(p.table_id) for p in plans], "string"),
         source_db=F.lit(None).cast("string"),

@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
+from cdcreplay.formats.envelopes.qlik_envelope import ENVELOPE_SCHEMA  # the vendor-documented envelope
 from cdcreplay.schema import OP_DELETE, OP_INSERT, OP_SNAPSHOT, OP_UPDATE
 from cdcreplay_lab.simulator.history import EPOCH_NAIVE, EPOCH_UTC, NOOP_DDL_TABLE, Event, History, TableSpec
 from cdcreplay_lab.simulator.records import KafkaRecord
@@ -153,18 +154,6 @@ METADATA_SCHEMA = {
             },
         },
         {"name": "dataSchema", "type": "string"},
-    ],
-}
-ENVELOPE_SCHEMA = {
-    "type": "record",
-    "name": "MessageEnvelope",
-    "fields": [
-        {"name": "magic", "type": {"type": "fixed", "name": "Magic", "size": 5}},
-        {"name": "type", "type": "string"},
-        {"name": "headers", "type": ["null", {"type": "map", "values": "string"}]},
-        {"name": "messageSchemaId", "type": ["null", "string"]},
-        {"name": "messageSchema", "type": ["null", "string"]},
-        {"name": "message", "type": "bytes"},
     ],
 }
 

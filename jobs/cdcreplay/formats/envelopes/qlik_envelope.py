@@ -66,6 +66,20 @@ from cdcreplay.formats.wire.native_json import PENDING
 
 OPERATIONS = {"REFRESH": S.OP_SNAPSHOT, "INSERT": S.OP_INSERT, "UPDATE": S.OP_UPDATE, "DELETE": S.OP_DELETE}
 ENVELOPE_MAGIC = "atMSG"
+# The Avro wire's envelope, transcribed from Qlik's documentation page "The Replicate envelope"
+# (tests/data/conformance/qlik-replicate).
+ENVELOPE_SCHEMA = {
+    "type": "record",
+    "name": "MessageEnvelope",
+    "fields": [
+        {"name": "magic", "type": {"type": "fixed", "name": "Magic", "size": 5}},
+        {"name": "type", "type": "string"},
+        {"name": "headers", "type": ["null", {"type": "map", "values": "string"}]},
+        {"name": "messageSchemaId", "type": ["null", "string"]},
+        {"name": "messageSchema", "type": ["null", "string"]},
+        {"name": "message", "type": "bytes"},
+    ],
+}
 DATA_NAMESPACE = re.compile(r"^com\.attunity\.queue\.msg\.(?P<server>[^.]+)\.(?P<schema>[^.]+)\.(?P<table>[^.]+)$")
 
 
@@ -507,6 +521,7 @@ def message_dict(value) -> dict:
 __all__ = [
     "DATA_NAMESPACE",
     "ENVELOPE_MAGIC",
+    "ENVELOPE_SCHEMA",
     "DataMessage",
     "MetadataIndex",
     "QlikMetadata",

@@ -108,6 +108,92 @@ def standalone_schema(document) -> dict:
     return inline(record, record.get("namespace"))
 
 
+def without_logical_types(schema):
+    """The schema with every ``logicalType`` removed: values arrive as the primitives Avro wrote (a decimal's unscaled
+    bytes, a date's days, a timestamp's count), as a native path that renders them itself reads them."""
+    if isinstance(schema, list):
+        return [without_logical_types(branch) for branch in schema]
+    if isinstance(schema, dict):
+        return {
+            key: without_logical_types(value) if key in ("type", "fields", "items", "values") else value
+            for key, value in schema.items()
+            if key != "logicalType"
+        }
+    return schema
+
+
+# The fixed type a boolean is read as (``booleans_as_bytes``), numbered per occurrence: Avro names are unique.
+RAW_BOOLEAN = "cdcreplay_raw_boolean_{}"
+
+
+def booleans_as_bytes(schema):
+    """The schema with every boolean read as a fixed of its one byte. The two readers differ on a byte other than 0
+    and 1: fastavro reads any byte but 0 as true, Java's reader only 1. The byte lets a native path read it as
+    fastavro does; a fixed of size 1 takes exactly the boolean's one byte."""
+    count = iter(range(1, 1 << 30))
+
+    def rewrite(node):
+        if node == "boolean":
+            return {"type": "fixed", "name": RAW_BOOLEAN.format(next(count)), "size": 1}
+        if isinstance(node, list):
+            return [rewrite(branch) for branch in node]
+        if isinstance(node, dict):
+            if node.get("type") == "boolean":
+                return rewrite("boolean")
+            return {
+                key: [{**f, "type": rewrite(f["type"])} for f in value]
+                if key == "fields"
+                else rewrite(value)
+                if key in ("type", "items", "values")
+                else value
+                for key, value in node.items()
+            }
+        return node
+
+    return rewrite(schema)
+
+
+def named_types(schema, found: dict | None = None) -> dict[str, dict]:
+    """The records, enums and fixed types defined anywhere in ``schema``, by short name (a later reference to one is
+    its name alone)."""
+    found = {} if found is None else found
+    if isinstance(schema, list):
+        for branch in schema:
+            named_types(branch, found)
+    elif isinstance(schema, dict):
+        if schema.get("type") in ("record", "error", "enum", "fixed") and "name" in schema:
+            found[schema["name"].rsplit(".", 1)[-1]] = schema
+        for field_ in schema.get("fields", ()):
+            named_types(field_.get("type"), found)
+        for part in ("items", "values"):
+            if part in schema:
+                named_types(schema[part], found)
+        if isinstance(schema.get("type"), (list, dict)):
+            named_types(schema["type"], found)
+    return found
+
+
+class SchemaTypes:
+    """The types of one schema document, named references resolved (by short name, as ``named_types`` keeps them):
+    what a native path checks a writer schema's shape with."""
+
+    def __init__(self, schema):
+        self.named = named_types(schema)
+
+    def resolved(self, schema):
+        if isinstance(schema, str) and schema.rsplit(".", 1)[-1] in self.named:
+            return self.named[schema.rsplit(".", 1)[-1]]
+        return schema
+
+    def nullable(self, schema) -> tuple[object, bool]:
+        """(the one non-null branch of a union with null, or the schema itself, resolved; whether null is allowed).
+        A union of more branches gives None."""
+        if isinstance(schema, list):
+            branches = [branch for branch in schema if branch != "null"]
+            return (self.resolved(branches[0]) if len(branches) == 1 else None), len(branches) < len(schema)
+        return self.resolved(schema), False
+
+
 def fingerprint(parsed_schema) -> bytes:
     """CRC-64-AVRO fingerprint of a parsed schema, little-endian, as single-object encoding writes it."""
     from fastavro.schema import fingerprint as avro_fingerprint

@@ -90,6 +90,12 @@ def all_utf8(*texts: Column) -> Column:
     return F.coalesce(F.is_valid_utf8(F.concat_ws(UTF8_SEPARATOR, *texts)), F.lit(True))
 
 
+def raw_boolean_text(byte: Column) -> Column:
+    """An Avro boolean read as its byte (``avro_wire.booleans_as_bytes``) as the Python decoder writes it: fastavro
+    reads 0 as false and any other byte as true."""
+    return F.when(byte == F.lit(bytearray(b"\x00")), F.lit("false")).otherwise(F.lit("true"))
+
+
 def plain_numbers(text: Column) -> Column:
     """True when every number token of ``text`` reads back from a double as written (so a string field holds the
     token's own text); conservative: a string that looks like such a token also says false."""
