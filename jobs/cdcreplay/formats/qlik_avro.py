@@ -11,6 +11,9 @@ Two wires:
                   ``schema_registry_export`` (the same lookup as debezium-avro).
 Masks may be hex text or bytes (both little-endian). Avro logical types give the value types when there is no MD
 message; with one, its column types win. Semantics, metadata lookup and ordering: ``qlik_envelope``.
+
+This module's decoder reads every record with fastavro; a large run's envelopes are read by Spark's ``from_avro``
+first (``qlik_avro_native``, ``options.reader``), which leaves to this decoder what it cannot render exactly.
 """
 
 from __future__ import annotations
