@@ -63,11 +63,12 @@ def _pipeline(tables: dict | None = None) -> PipelineConfig:
     )
 
 
-def _md(schema_id: str, schema_text: str = SCHEMA_TEXT, columns=COLUMNS, precision: int = 9, scale: int = 2) -> bytes:
+def _md(schema_id: str, schema_text: str = SCHEMA_TEXT) -> bytes:
+    """An MD envelope of table HR.EMP with COLUMNS (NUMERIC as decimal(9,2)) and ``schema_text`` as its dataSchema."""
     structure = {
-        name: {"ordinal": ordinal, "type": qlik_type, "length": 0, "precision": precision if qlik_type == "NUMERIC"
-               else 0, "scale": scale if qlik_type == "NUMERIC" else 0, "primaryKeyPosition": pk}
-        for ordinal, (name, qlik_type, _, pk) in enumerate(columns, 1)
+        name: {"ordinal": ordinal, "type": qlik_type, "length": 0, "precision": 9 if qlik_type == "NUMERIC" else 0,
+               "scale": 2 if qlik_type == "NUMERIC" else 0, "primaryKeyPosition": pk}
+        for ordinal, (name, qlik_type, _, pk) in enumerate(COLUMNS, 1)
     }  # fmt: skip
     message = {
         "schemaId": schema_id,
@@ -124,7 +125,7 @@ CORNER_CASES = [
     (_dt("DELETE", dict.fromkeys(ROW), before=ROW), True),
     (_dt("DELETE", ROW), True),  # the row in data, as some tasks write it
     (_dt("REFRESH", sequence=""), True),
-    (_dt(mask=b"\x05"), True),  # NAME and HIRED... not captured: left out of the image
+    (_dt(mask=b"\x05"), True),  # only ID and PAY captured: the others left out of the image
     (_dt(mask=None), True),  # no mask: every column
     (_dt(mask=b""), False),  # no bytes: Python captures nothing
     (_dt(sequence=""), True),  # no sequence: no position
