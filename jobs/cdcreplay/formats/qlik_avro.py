@@ -284,8 +284,8 @@ def decode_in_python(records: DataFrame, pipeline: PipelineConfig) -> DataFrame:
 # `reader: auto` decodes natively from this many records on. Measured on 2 cores (docs/benchmarks.md, fifty-seventh
 # session), the decode stage of the simulator's archives: native 15.6-16.6 s against 11.7 s in Python at 99,038
 # records, 24.3-25.4 s against 18.9-20.6 s at 297,236, 45.4 s against 47.4 s at 990,144, 53.7-55.3 s against
-# 79.1-90.8 s at 1,980,432. The native path's fixed cost (the metadata read twice, planning and compiling a wide
-# projection, the second pass for the records left to Python) is about 8 s.
+# 79.1-90.8 s at 1,980,432. Below, its fixed costs weigh more: the metadata read twice, the driver's planning of a
+# wide projection (4.0 s at 297,236 records), the window's shuffle, the second pass for the records left to Python.
 NATIVE_MIN_RECORDS = 1_000_000
 
 
