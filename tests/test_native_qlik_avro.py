@@ -22,8 +22,8 @@ from native_helpers import native_flags_of_messages, records_frame, two_pass_wri
 from qlik_helpers import DATA_NS, HEADERS, avro, data_schema, envelope
 
 from cdcreplay.config import PipelineConfig
-from cdcreplay.formats import debezium_avro_native, qlik_avro
-from cdcreplay.formats.envelopes.qlik_envelope import ENVELOPE_SCHEMA
+from cdcreplay.formats import debezium_avro_native, qlik_avro, qlik_avro_native, qlik_native
+from cdcreplay.formats.envelopes.qlik_envelope import ENVELOPE_SCHEMA, collect_metadata
 from cdcreplay_lab.simulator import simulate
 from cdcreplay_lab.simulator.encode_qlik import METADATA_SCHEMA, encode_qlik_avro
 
@@ -264,9 +264,10 @@ def test_data_schemas_of_other_shapes(spark, change):
         expect_plan = True
     elif change == "another before record":
         fields[1]["type"] = ["null", {"type": "record", "name": "Other", "fields": [{"name": "ID", "type": "int"}]}]
-    elif change == "data by reference":  # defined in beforeData: the Python decoder does not find its fields
+    elif change == "data by reference":  # the record written out in beforeData, named by data
         record = fields[0]["type"]
         fields[:2] = [{"name": "beforeData", "type": ["null", record]}, {"name": "data", "type": f"{DATA_NS}.Data"}]
+        expect_plan = True
     else:
         photo = next(f for f in fields[0]["type"]["fields"] if f["name"] == "PHOTO")
         photo["type"] = ["null", "string"]
@@ -275,9 +276,8 @@ def test_data_schemas_of_other_shapes(spark, change):
     native = qlik_avro.decode_natively(records_frame(spark, [(b"k", v, []) for v in records]), _pipeline())
     assert (native is not None) == expect_plan
     if expect_plan:
-        row = {**ROW}
-        value = envelope("DT", avro(schema, {"data": row, "headers": {"operation": "INSERT", "changeSequence": "1",
-                                                                      "columnMask": WHOLE}}), schema_id="v1")  # fmt: skip
+        headers = {"operation": "INSERT", "changeSequence": "1", "columnMask": WHOLE}
+        value = envelope("DT", avro(schema, {"data": ROW, "headers": headers}), schema_id="v1")
         assert _flags(spark, [records[0], value]) == [False, True]
 
 
@@ -311,6 +311,20 @@ def test_a_boolean_byte_other_than_0_and_1_reads_as_fastavro_reads_it(spark):
     [at] = [i for i, (a, b) in enumerate(zip(true, false, strict=True)) if a != b]
     values = [METADATA] + [true[:at] + bytes([byte]) + true[at + 1 :] for byte in (0, 1, 2, 0x7F, 0x80, 0xFF)]
     assert _flags(spark, values) == [False] + [True] * 6
+
+
+def test_over_the_column_limit_the_most_named_table_versions_are_planned(spark):
+    """Six table versions of nine columns each: more than MAX_NATIVE_COLUMNS (40). The four the data envelopes of the
+    sample name most often get a plan (ties in the archive's order); the rest go to Python."""
+    ids = [f"v{n}" for n in range(1, 7)]
+    named = ["v5"] * 3 + ["v6"] * 2 + ["v1"]
+    values = [_md(schema_id) for schema_id in ids] + [_dt(schema_id=schema_id) for schema_id in named]
+    records = records_frame(spark, [(b"k", value, []) for value in values])
+    pipeline = _pipeline()
+    index = collect_metadata(records, pipeline, qlik_avro.metadata_candidates, qlik_avro.parse_metadata)
+    plans = qlik_avro_native.table_plans(index, records, pipeline)
+    assert [plan.schema_id for plan in plans] == ["v5", "v6", "v1", "v2"]
+    assert sum(len(plan.columns) for plan in plans) <= qlik_native.MAX_NATIVE_COLUMNS
 
 
 def _mutated(value: bytes, rng: random.Random) -> bytes:

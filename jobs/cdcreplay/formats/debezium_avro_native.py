@@ -62,7 +62,7 @@ from cdcreplay.formats.values.debezium_values import (
     Field,
 )
 from cdcreplay.formats.wire import native_json as N
-from cdcreplay.formats.wire.avro_wire import booleans_as_bytes, without_logical_types
+from cdcreplay.formats.wire.avro_wire import read_as_written
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +214,7 @@ def avro_plan(schema_id: int, schema_text: str) -> AvroPlan | None:
         if field.name in CONVERSION_KINDS and kind not in CONVERSION_KINDS[field.name]:
             return None
     ts_ms = _primitive_kind(fields["ts_ms"]) if "ts_ms" in fields else None
-    read_schema = json.dumps(booleans_as_bytes(without_logical_types(schema)), separators=(",", ":"))
+    read_schema = read_as_written(schema)
     return AvroPlan(schema_id, read_schema, tuple(image), tuple(source), ts_ms[0] if ts_ms else None, plan)
 
 
@@ -244,7 +244,7 @@ def key_plan(schema_id: int, schema_text: str) -> KeyPlan | None:
         return None
     if any(name in ALSO_PYTHON_KEY_NAMES for name, _, _ in fields):
         return None
-    read_schema = json.dumps(booleans_as_bytes(without_logical_types(schema)), separators=(",", ":"))
+    read_schema = read_as_written(schema)
     return KeyPlan(schema_id, read_schema, tuple(fields))
 
 

@@ -19,7 +19,6 @@ first (``qlik_avro_native``, ``options.reader``), which leaves to this decoder w
 from __future__ import annotations
 
 import io
-import json
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -47,6 +46,7 @@ from cdcreplay.formats.envelopes.qlik_envelope import (
     metadata_from_message,
 )
 from cdcreplay.formats.python_rows import DecodeError, RawRecord
+from cdcreplay.formats.wire.avro_wire import canonical_form, parsed_schema_text
 from cdcreplay.formats.wire.native_json import decode_by_reader, reader_chooses_native, sample_rate
 
 FORMAT_ID = "qlik-avro"
@@ -58,24 +58,6 @@ def _envelope_schema():
     import fastavro
 
     return fastavro.parse_schema(ENVELOPE_SCHEMA)
-
-
-@lru_cache(maxsize=512)
-def parsed_schema(text: str):
-    """A schema text carried by a message (messageSchema, dataSchema) parsed once per worker."""
-    import fastavro
-
-    try:
-        return fastavro.parse_schema(json.loads(text))
-    except Exception as error:
-        raise DecodeError(S.REASON_BAD_AVRO, f"message schema is not a valid Avro schema: {error}") from None
-
-
-@lru_cache(maxsize=512)
-def canonical_form(text: str) -> str:
-    from fastavro.schema import to_parsing_canonical_form
-
-    return to_parsing_canonical_form(parsed_schema(text))
 
 
 def _read(body: bytes, schema, what: str) -> dict:
@@ -102,7 +84,7 @@ def parse_metadata(record: RawRecord) -> tuple[QlikMetadata, str | None] | None:
 def _metadata(record: RawRecord, envelope: dict) -> tuple[QlikMetadata, str | None]:
     if not envelope.get("messageSchema"):
         raise DecodeError(S.REASON_UNKNOWN_SCHEMA, "metadata message without an embedded messageSchema")
-    message = _read(envelope["message"], parsed_schema(envelope["messageSchema"]), "metadata message")
+    message = _read(envelope["message"], parsed_schema_text(envelope["messageSchema"]), "metadata message")
     md = metadata_from_message(message, record.topic, record.timestamp)
     return md, canonical_form(md.data_schema) if md.data_schema else None
 
@@ -245,7 +227,7 @@ def make_decoder(index: MetadataIndex, registry: ConfluentSchemas):
                 raise DecodeError(S.REASON_UNKNOWN_OP, f"envelope type {envelope.get('type')!r} is neither DT nor MD")
             embedded, schema_id = envelope.get("messageSchema"), envelope.get("messageSchemaId")
             if embedded:
-                schema = parsed_schema(embedded)
+                schema = parsed_schema_text(embedded)
                 body = _read(envelope["message"], schema, "data message")
                 external = (_plain(body.get("headers")) or {}).get("externalSchemaId")
                 md = index.by_data_schema.get(canonical_form(embedded))
@@ -257,7 +239,7 @@ def make_decoder(index: MetadataIndex, registry: ConfluentSchemas):
                 md = index.named(str(schema_id))
                 if not md.data_schema:
                     raise DecodeError(S.REASON_MISSING_METADATA, f"metadata message {schema_id} carries no dataSchema")
-                schema = parsed_schema(md.data_schema)
+                schema = parsed_schema_text(md.data_schema)
                 body = _read(envelope["message"], schema, f"data message of schema {schema_id}")
             else:
                 raise DecodeError(

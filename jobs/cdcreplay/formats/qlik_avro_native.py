@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
-from functools import lru_cache
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -36,9 +35,10 @@ from cdcreplay.formats import qlik_native
 from cdcreplay.formats.debezium_avro_native import AVRO_OPTIONS, as_python_writes
 from cdcreplay.formats.debezium_native import date_of_days, decimal_of_hex, timestamp_of_micros
 from cdcreplay.formats.envelopes.qlik_envelope import ENVELOPE_MAGIC, ENVELOPE_SCHEMA, MetadataIndex, QlikMetadata
+from cdcreplay.formats.python_rows import DecodeError
 from cdcreplay.formats.values.debezium_values import MAX_MICROS
 from cdcreplay.formats.wire import native_json as N
-from cdcreplay.formats.wire.avro_wire import SchemaTypes, booleans_as_bytes, without_logical_types
+from cdcreplay.formats.wire.avro_wire import SchemaTypes, canonical_form, read_as_written
 
 FORMAT_ID = "qlik-avro"
 MAGIC = ENVELOPE_MAGIC.encode("ascii")
@@ -80,12 +80,11 @@ class AvroColumn:
     precision: int = 0
     scale: int = 0
 
-    @property
-    def spark_type(self) -> str | None:
-        """The Spark type whose values this field always holds in form, if any (its checks are left out)."""
+    def holds(self, spark_type: str | None) -> bool:
+        """Whether every value of this field has the form of ``spark_type`` already (its check is left out)."""
         if self.logical == "decimal":
-            return f"decimal({self.precision},{self.scale})"
-        return None
+            return spark_type == f"decimal({self.precision},{self.scale})"  # decimal_of_hex vouches for the digits
+        return spark_type in HELD_BY.get(self.logical or self.kind, ())
 
 
 @dataclass(frozen=True)
@@ -101,6 +100,10 @@ class AvroPlan:
     headers: tuple[tuple[str, str], ...]
     other_strings: tuple[str, ...]
     has_before: bool
+
+    @property
+    def schema_id(self) -> str:
+        return self.plan.schema_id
 
 
 # --- the data schema ------------------------------------------------------------------------------------------------
@@ -144,18 +147,11 @@ class _Schema(SchemaTypes):
         return (branch if isinstance(branch, dict) and branch.get("type") == "record" else None), nullable
 
 
-def _branches(schema) -> list:
-    return schema if isinstance(schema, list) else [schema]
-
-
-@lru_cache(maxsize=256)
 def _canonical(text: str) -> str | None:
-    import fastavro
-    from fastavro.schema import to_parsing_canonical_form
-
+    """The canonical form of a schema text, None when it is no schema (the Python decoder quarantines what names it)."""
     try:
-        return to_parsing_canonical_form(fastavro.parse_schema(json.loads(text)))
-    except Exception:  # not a schema: the Python decoder quarantines what names it
+        return canonical_form(text)
+    except DecodeError:
         return None
 
 
@@ -180,10 +176,7 @@ def avro_plan(md: QlikMetadata, pipeline: PipelineConfig, index: MetadataIndex) 
         return None
     shapes = _Schema(schema)
     fields = {field.get("name"): field.get("type") for field in schema.get("fields", ())}
-    # The Python decoder finds the data record's fields where the record is written out (a reference by name to one
-    # defined elsewhere it may not resolve): so must the path.
-    written = [branch for branch in _branches(fields.get("data")) if branch != "null"]
-    data, _ = shapes.record(fields.get("data")) if len(written) == 1 and isinstance(written[0], dict) else (None, False)
+    data, _ = shapes.record(fields.get("data"))
     headers, headers_nullable = shapes.record(fields.get("headers"))
     # A required headers record tells a message from_avro read from one it could not (a struct of nulls).
     if data is None or headers is None or headers_nullable:
@@ -213,14 +206,10 @@ def avro_plan(md: QlikMetadata, pipeline: PipelineConfig, index: MetadataIndex) 
         elif found[0] in ("string", "enum"):
             other_strings.append(name)
     types = dict(plan.types)
-    held = frozenset(
-        column.name
-        for column in columns
-        if types.get(column.name) in (*HELD_BY.get(column.logical or column.kind, ()), column.spark_type)
-    )
+    held = frozenset(column.name for column in columns if column.holds(types.get(column.name)))
     return AvroPlan(
         plan=replace(plan, hex_binary=False, held=held),
-        read_schema=json.dumps(booleans_as_bytes(without_logical_types(schema)), separators=(",", ":")),
+        read_schema=read_as_written(schema),
         embedded_schema=_embeddable(md, index),
         columns=tuple(columns),
         headers=tuple(header_kinds),
@@ -231,20 +220,16 @@ def avro_plan(md: QlikMetadata, pipeline: PipelineConfig, index: MetadataIndex) 
 
 def table_plans(index: MetadataIndex, records: DataFrame, pipeline: PipelineConfig, every: int = 1) -> list[AvroPlan]:
     """The plans of the archive's MD messages, at most ``qlik_native.MAX_NATIVE_COLUMNS`` columns of them: when they
-    have more, those the data envelopes of about one record in ``every`` name most often."""
+    have more, those the data envelopes of about one record in ``every`` name most often (by ``messageSchemaId``)."""
     plans = [plan for plan in (avro_plan(md, pipeline, index) for md in index.by_id.values()) if plan is not None]
-    if sum(len(plan.columns) for plan in plans) > qlik_native.MAX_NATIVE_COLUMNS:
+
+    def named_counts() -> dict[str, int]:
         envelope = F.col("_e")
         named = N.sampled(records, every).select(_envelope(F.col("value")).alias("_e"))
         counts = named.groupBy(envelope["messageSchemaId"].alias("id")).count().collect()
-        frequency = {row.id: row["count"] for row in counts}
-        plans.sort(key=lambda plan: -frequency.get(plan.plan.schema_id, 0))
-    chosen, columns = [], 0
-    for plan in plans:
-        if columns + len(plan.columns) <= qlik_native.MAX_NATIVE_COLUMNS:
-            chosen.append(plan)
-            columns += len(plan.columns)
-    return chosen
+        return {row.id: row["count"] for row in counts}
+
+    return qlik_native.within_column_limit(plans, named_counts)
 
 
 # --- values ---------------------------------------------------------------------------------------------------------
@@ -333,10 +318,10 @@ def _plan_index(envelope: Column, plans: list[AvroPlan]) -> Column:
     index = F.lit(-1)
     for position, avro in reversed(list(enumerate(plans))):
         if avro.embedded_schema is None:
-            chosen = ~embeds & (envelope["messageSchemaId"] == avro.plan.schema_id)
+            chosen = ~embeds & (envelope["messageSchemaId"] == avro.schema_id)
         else:
             chosen = F.when(embeds, embedded == avro.embedded_schema).otherwise(
-                envelope["messageSchemaId"] == avro.plan.schema_id
+                envelope["messageSchemaId"] == avro.schema_id
             )
         index = F.when(F.coalesce(chosen, F.lit(False)), F.lit(position)).otherwise(index)
     return index

@@ -26,6 +26,7 @@ The Avro wire (``qlik_avro_native``) reads its messages its own way and shares e
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, Window
@@ -152,11 +153,22 @@ def table_plans(index: MetadataIndex, records: DataFrame, pipeline: PipelineConf
     """The plans of the archive's MD messages, at most MAX_NATIVE_COLUMNS columns of them: when they have more, those
     the data messages of about one record in ``every`` name most often."""
     plans = [plan for plan in (table_plan(md, pipeline) for md in index.by_id.values()) if plan is not None]
-    if sum(len(plan.columns) for plan in plans) > MAX_NATIVE_COLUMNS:
+
+    def named_counts() -> dict[str, int]:
         message = N.parse(N.text_of(F.col("value")), MESSAGE_DDL)
         counts = N.sampled(records, every).groupBy(_named_schema_id(message).alias("id")).count().collect()
-        frequency = {row.id: row["count"] for row in counts}
-        plans.sort(key=lambda plan: -frequency.get(plan.schema_id, 0))
+        return {row.id: row["count"] for row in counts}
+
+    return within_column_limit(plans, named_counts)
+
+
+def within_column_limit(plans: list, named_counts: Callable[[], dict[str, int]]) -> list:
+    """``plans`` (each with a ``schema_id`` and its ``columns``) whose columns together stay within MAX_NATIVE_COLUMNS:
+    all of them when they fit, else those that ``named_counts`` (schema id -> data messages of a sample, asked only
+    then) says are named most often first."""
+    if sum(len(plan.columns) for plan in plans) > MAX_NATIVE_COLUMNS:
+        frequency = named_counts()
+        plans = sorted(plans, key=lambda plan: -frequency.get(plan.schema_id, 0))
     chosen, columns = [], 0
     for plan in plans:
         if columns + len(plan.columns) <= MAX_NATIVE_COLUMNS:

@@ -14,6 +14,7 @@ is one of the known schemas. Envelope semantics (what the record means) live in 
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import struct
 from dataclasses import dataclass, field
@@ -130,7 +131,7 @@ def booleans_as_bytes(schema):
     """The schema with every boolean read as a fixed of its one byte. The two readers differ on a byte other than 0
     and 1: fastavro reads any byte but 0 as true, Java's reader only 1. The byte lets a native path read it as
     fastavro does; a fixed of size 1 takes exactly the boolean's one byte."""
-    count = iter(range(1, 1 << 30))
+    count = itertools.count(1)
 
     def rewrite(node):
         if node == "boolean":
@@ -151,6 +152,12 @@ def booleans_as_bytes(schema):
         return node
 
     return rewrite(schema)
+
+
+def read_as_written(schema) -> str:
+    """The schema text a native path's ``from_avro`` reads a writer schema's values with: each value as the bytes
+    Avro wrote it in (``without_logical_types``, ``booleans_as_bytes``), for the path to render as Python does."""
+    return json.dumps(booleans_as_bytes(without_logical_types(schema)), separators=(",", ":"))
 
 
 def named_types(schema, found: dict | None = None) -> dict[str, dict]:
@@ -192,6 +199,27 @@ class SchemaTypes:
             branches = [branch for branch in schema if branch != "null"]
             return (self.resolved(branches[0]) if len(branches) == 1 else None), len(branches) < len(schema)
         return self.resolved(schema), False
+
+
+@lru_cache(maxsize=512)
+def parsed_schema_text(text: str):
+    """A schema text a message carries (Qlik's messageSchema and dataSchema), parsed once per worker; a text that is
+    not a schema is the message's ``bad_avro``."""
+    import fastavro
+
+    try:
+        return fastavro.parse_schema(json.loads(text))
+    except Exception as error:
+        raise DecodeError(REASON_BAD_AVRO, f"message schema is not a valid Avro schema: {error}") from None
+
+
+@lru_cache(maxsize=512)
+def canonical_form(text: str) -> str:
+    """The parsing canonical form of a schema text (:func:`parsed_schema_text`): two texts of one schema compare
+    equal by it."""
+    from fastavro.schema import to_parsing_canonical_form
+
+    return to_parsing_canonical_form(parsed_schema_text(text))
 
 
 def fingerprint(parsed_schema) -> bytes:
