@@ -152,3 +152,30 @@ def test_a_tables_newest_version_is_its_newest_commit_file_and_spark_agrees(spar
     assert delta_tables.latest_version(path) == 11
     with pytest.raises(FileNotFoundError, match=f"{tmp_path / 'nothing'} is not a Delta table: .* holds no commit"):
         delta_tables.latest_version(tmp_path / "nothing")
+
+
+@pytest.mark.parametrize("row_tracking", [False, True], ids=["by-delta-rs", "by-spark"])
+def test_a_roll_back_makes_a_version_the_newest_content_again_whoever_writes_it(spark, tmp_path, caplog, row_tracking):
+    """What a run committed after the published version goes: a merge that marked rows with deletion vectors and an
+    added column. delta-rs writes the RESTORE for the tables this package writes; a table with a writer feature
+    delta-rs does not write (row tracking, which a user's Spark defaults may turn on) is rolled back by Spark's."""
+    path = str(tmp_path / "t")
+    stored = spark.range(0, 100).select("id", F.col("id").cast("string").alias("v"))
+    stored.coalesce(1).write.format("delta").option("delta.enableRowTracking", str(row_tracking).lower()).save(path)
+    delta_tables.use_deletion_vectors(spark, path, True)
+    published = delta_tables.latest_version(path)
+    night = spark.range(0, 100, 10).select("id", F.lit("night").alias("v"), F.lit(True).alias("_published"))
+    delta_tables.merge_flagged(night, path, ("id",), "_published")
+    widened = spark.range(100, 105).select("id", F.lit("x").alias("v"), F.lit(1).alias("extra"))
+    widened.write.format("delta").mode("append").option("mergeSchema", "true").save(path)
+
+    with caplog.at_level("INFO", logger="cdcreplay.delta_tables"):
+        assert delta_tables.roll_back_to(spark, path, published) is True
+    assert delta_tables.roll_back_to(spark, path, delta_tables.latest_version(path)) is False  # nothing after it
+    restore = DeltaTable(path).history(1)[0]
+    assert restore["operation"] == "RESTORE"
+    assert ("rolled back by Spark's RESTORE" in caplog.text) == row_tracking
+    assertDataFrameEqual(spark.read.format("delta").load(path), stored)  # rows and columns of the published version
+    # ... and the next night merges onto it as onto any version
+    delta_tables.merge_flagged(night, path, ("id",), "_published")
+    assert spark.read.format("delta").load(path).where("v = 'night'").count() == 10
