@@ -28,8 +28,9 @@ DELTA = "delta"
 # (use_deletion_vectors), as they cost readers: delta-rs's Arrow reader (`DeltaTable.to_pyarrow_table()`, `to_pandas()`)
 # refuses a table whose protocol allows them, with or without any in it.
 DELETION_VECTORS = "delta.enableDeletionVectors"
-# The writer features of Delta tables this package writes (deletion vectors; TIMESTAMP_NTZ columns; the two every
-# writer-version-7 table lists), all of which delta-rs writes: roll_back_to restores such a table with delta-rs.
+# The writer features of the Delta tables this package writes (writer version 2, or 7 with deletion vectors,
+# TIMESTAMP_NTZ columns and the two features every version-7 table lists), all of which delta-rs writes: roll_back_to
+# restores such a table with delta-rs.
 ROLLBACK_WRITER_FEATURES = frozenset({"appendOnly", "invariants", "deletionVectors", "timestampNtz"})
 # A merge with deletion vectors leaves the rows it replaces in their files, marked; every read still reads them and
 # skips them. Night after night they pile up: a 200k-key night marks 4% more of a 5M-row table, so a year of nights
@@ -315,11 +316,12 @@ def roll_back_to(spark: SparkSession, path: str, version: int) -> bool:
     if latest_version(path) <= version:
         return False
     table = DeltaTable(path, storage_options=delta_rs_options())
-    features = set(table.protocol().writer_features or ())
-    if features <= ROLLBACK_WRITER_FEATURES:
+    protocol = table.protocol()
+    features = set(protocol.writer_features or ())
+    if protocol.min_writer_version <= 2 or (protocol.min_writer_version == 7 and features <= ROLLBACK_WRITER_FEATURES):
         table.restore(version)
     else:
-        log.info("%s: rolled back by Spark's RESTORE (writer features %s)", path, sorted(features))
+        log.info("%s: rolled back by Spark's RESTORE (writer protocol %s)", path, protocol)
         _table(spark, path).restoreToVersion(version)
     return True
 
