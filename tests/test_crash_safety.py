@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import random
+import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -42,19 +45,38 @@ def published(warehouse: str) -> dict[str, list[str]]:
     return tables
 
 
+# A hang guard per killed run, not a time limit: the slowest run here reached its kill after 45 s. A run that makes
+# no progress for this long is stuck; the test then fails at once with the stacks of its Python threads and of its
+# JVM, instead of waiting for the module's guard with nothing to show (one such stall was seen in the audit's
+# concurrent validations, on S3).
+STALLED_AFTER_S = 600
+# The killed run's Python prints every thread's stack to stderr when it gets SIGUSR1.
+KILLED_RUN = (
+    "import faulthandler, signal, sys; faulthandler.register(signal.SIGUSR1, all_threads=True); "
+    "from cdcreplay.entrypoints import replay_main; sys.exit(replay_main(sys.argv[1:]))"
+)
+
+
 def kill_during(config: Path, run_id: str, stage: str, rng: random.Random) -> None:
     """Run the replay in its own process group and SIGKILL the whole group shortly after ``stage`` is done."""
-    code = "import sys; from cdcreplay.entrypoints import replay_main; sys.exit(replay_main(sys.argv[1:]))"
     process = subprocess.Popen(
-        [sys.executable, "-c", code, "--config", str(config), "--run-id", run_id],
+        [sys.executable, "-c", KILLED_RUN, "--config", str(config), "--run-id", run_id],
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
         start_new_session=True,
         env={**os.environ, "CDCREPLAY_SPARK_MASTER": "local[1]"},
     )
+    lines: queue.Queue[str | None] = queue.Queue()
+    threading.Thread(target=_forward_lines, args=(process.stderr, lines), daemon=True).start()
     seen = []
-    for line in process.stderr:
+    while True:
+        try:
+            line = lines.get(timeout=STALLED_AFTER_S)
+        except queue.Empty:
+            pytest.fail(f"the run stalled before {stage} was done:\n{_stacks_of_stalled(process, lines, seen)}")
+        if line is None:
+            break
         seen.append(line)
         if f"] {stage}: done in " in line:
             time.sleep(rng.uniform(0, 0.5))
@@ -63,7 +85,55 @@ def kill_during(config: Path, run_id: str, stage: str, rng: random.Random) -> No
     process.wait(timeout=120)
     if process.returncode != -signal.SIGKILL:
         pytest.fail(f"the run ended ({process.returncode}) before it could be killed after {stage}:\n{''.join(seen)}")
-    process.stderr.close()
+
+
+def _forward_lines(stream, lines: queue.Queue) -> None:
+    """Every line of ``stream``, then None at its end."""
+    with stream:
+        for line in stream:
+            lines.put(line)
+    lines.put(None)
+
+
+def _stacks_of_stalled(process: subprocess.Popen, lines: queue.Queue, seen: list[str]) -> str:
+    """The end of what a stalled run printed, its Python threads' stacks and its JVM's (``jstack``); the run is
+    killed."""
+    os.kill(process.pid, signal.SIGUSR1)
+    jstack = shutil.which("jstack") or "jstack"
+    java = [_run_quietly([jstack, str(pid)]) for pid in _process_group(process.pid) if _is_java(pid)]
+    time.sleep(2)  # the Python dump is written by the run itself
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=120)
+    while (line := lines.get(timeout=30)) is not None:
+        seen.append(line)
+    return "".join(seen[-400:]) + "\n" + "\n".join(java)
+
+
+def _run_quietly(command: list[str]) -> str:
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"{command[0]}: {error}"
+
+
+def _is_java(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() == "java"
+    except OSError:
+        return False
+
+
+def _process_group(group: int) -> list[int]:
+    """The processes of process group ``group``, from /proc."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == group:  # the fields after the command: state, ppid, pgrp, ...
+            members.append(int(stat.parent.name))
+    return members
 
 
 @pytest.mark.parametrize("store", ["local", "s3"])
