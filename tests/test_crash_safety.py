@@ -4,6 +4,7 @@ with the warehouse on a local disk and on S3 (a real S3 server, see s3_server.py
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -104,12 +105,14 @@ def _stacks_of_stalled(process: subprocess.Popen, lines: queue.Queue, seen: list
     time.sleep(2)  # the Python dump is written by the run itself
     os.killpg(process.pid, signal.SIGKILL)
     process.wait(timeout=120)
-    while (line := lines.get(timeout=30)) is not None:
-        seen.append(line)
+    with contextlib.suppress(queue.Empty):  # the rest of what it printed, the stacks among it
+        while (line := lines.get(timeout=30)) is not None:
+            seen.append(line)
     return "".join(seen[-400:]) + "\n" + "\n".join(java)
 
 
 def _run_quietly(command: list[str]) -> str:
+    """What ``command`` prints; why not, where it cannot start or does not end within a minute."""
     try:
         return subprocess.run(command, capture_output=True, text=True, timeout=60).stdout
     except (OSError, subprocess.TimeoutExpired) as error:
