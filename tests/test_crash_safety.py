@@ -9,7 +9,6 @@ import json
 import os
 import queue
 import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -100,8 +99,8 @@ def _stacks_of_stalled(process: subprocess.Popen, lines: queue.Queue, seen: list
     """The end of what a stalled run printed, its Python threads' stacks and its JVM's (``jstack``); the run is
     killed."""
     os.kill(process.pid, signal.SIGUSR1)
-    jstack = shutil.which("jstack") or "jstack"
-    java = [_run_quietly([jstack, str(pid)]) for pid in _process_group(process.pid) if _is_java(pid)]
+    jvms = _run_quietly(["pgrep", "--pgroup", str(process.pid), "--exact", "java"]).split()
+    java = [_run_quietly(["jstack", pid]) for pid in jvms]
     time.sleep(2)  # the Python dump is written by the run itself
     os.killpg(process.pid, signal.SIGKILL)
     process.wait(timeout=120)
@@ -119,24 +118,18 @@ def _run_quietly(command: list[str]) -> str:
         return f"{command[0]}: {error}"
 
 
-def _is_java(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip() == "java"
-    except OSError:
-        return False
-
-
-def _process_group(group: int) -> list[int]:
-    """The processes of process group ``group``, from /proc."""
-    members = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == group:  # the fields after the command: state, ppid, pgrp, ...
-            members.append(int(stat.parent.name))
-    return members
+def test_a_killed_run_that_stalls_fails_at_once_with_its_stacks(monkeypatch, tmp_path):
+    """The guard above, on a run that never prints a line: the failure names the stage it waited for and carries the
+    run's Python stacks (no JVM here: ``jstack`` was tried by hand on a run stalled with its session up)."""
+    monkeypatch.setattr(sys.modules[__name__], "STALLED_AFTER_S", 2)
+    stuck = (
+        "import faulthandler, signal, time; faulthandler.register(signal.SIGUSR1, all_threads=True); time.sleep(600)"
+    )
+    monkeypatch.setattr(sys.modules[__name__], "KILLED_RUN", stuck)
+    with pytest.raises(pytest.fail.Exception) as failed:
+        kill_during(tmp_path / "pipelines.yaml", "stuck", "decode", random.Random(1))
+    assert str(failed.value).startswith("the run stalled before decode was done:\n")
+    assert "most recent call first" in str(failed.value)  # faulthandler's dump of the sleeping thread
 
 
 @pytest.mark.parametrize("store", ["local", "s3"])
