@@ -20,6 +20,7 @@ import pytest
 from archive_helpers import records_from_lines
 from frame_helpers import assert_same_frames
 from native_helpers import native_flags, records_frame, two_pass_write
+from pyspark.sql import Row
 from pyspark.sql import functions as F
 
 from cdcreplay.config import PipelineConfig
@@ -36,6 +37,7 @@ from cdcreplay.formats import (
 )
 from cdcreplay.formats.common import UNIQUE_VALUED_COLUMNS
 from cdcreplay.formats.wire import native_json as N
+from cdcreplay.schema import RAW_DDL
 from cdcreplay_lab.simulator import simulate
 from cdcreplay_lab.simulator.encoders import encode
 
@@ -346,3 +348,31 @@ def test_the_schema_pass_samples_a_large_input_and_finds_nothing_it_cannot_vouch
     assert debezium_json.decode_natively(frame, _pipeline(), record_count=thin) is None
     native = debezium_json.decode_natively(frame, _pipeline(), record_count=N.SCHEMA_SAMPLE * 7)
     assert native.where(F.col(N.NATIVE_FLAG)).count() > 0
+
+
+def test_offset_ranges_join_neighbours_then_the_nearest():
+    offsets = {("t", 0): [3, 4, 5, 9, 40], ("t", 1): [7]}
+    assert N.offset_ranges(offsets, 64) == [(("t", 0), 3, 5), (("t", 0), 9, 9), (("t", 0), 40, 40), (("t", 1), 7, 7)]
+    # Over the limit, the smallest gap goes first (5 -> 9), then the next (9 -> 40); a partition keeps its range.
+    assert N.offset_ranges(offsets, 3) == [(("t", 0), 3, 9), (("t", 0), 40, 40), (("t", 1), 7, 7)]
+    assert N.offset_ranges(offsets, 1) == [(("t", 0), 3, 40), (("t", 1), 7, 7)]
+
+
+def test_the_second_pass_reads_only_around_the_flagged_records(spark, tmp_path):
+    """The filter keeps every flagged record, and reaches the Parquet reader (which skips row groups by it)."""
+    rows = [("a", p, o, None, 0, b"k", b"v", []) for p in (0, 1) for o in range(100)] + [
+        ("b", 0, 5, None, 0, b"k", b"v", [])
+    ]
+    archive = str(tmp_path / "archive")
+    spark.createDataFrame(rows, RAW_DDL).write.parquet(archive)
+    records = spark.read.parquet(archive)
+    pending = [Row(topic="a", partition=1, offset=o) for o in (10, 11, 50)] + [Row(topic="b", partition=0, offset=5)]
+    near = N.around(pending)
+    kept = sorted((r.topic, r.partition, r.offset) for r in records.where(near).collect())
+    assert kept == [("a", 1, 10), ("a", 1, 11), ("a", 1, 50), ("b", 0, 5)]
+    plan = records.where(near)._jdf.queryExecution().executedPlan().toString()
+    assert (
+        "PushedFilters: [Or(And(And(EqualTo(topic,a),EqualTo(partition,1)),Or(And(GreaterThanOrEqual(offset,10)" in plan
+    )
+    assert N.around([]) is None
+    assert N.around([Row(topic="a", partition=0, offset=o) for o in range(N.FEW_PENDING + 1)]) is None
