@@ -113,6 +113,10 @@ CORNER_CASES = [
     ('{"id":1,"x":1e5}', [{"type": "double", "field": "x"}], False),
     ('{"id":1,"x":12345678.5}', [{"type": "double", "field": "x"}], False),  # Java prints 1.23456785E7
     ('{"id":1,"x":0.001}', [{"type": "double", "field": "x"}], False),
+    ('{"id":1,"x":0.0099}', [{"type": "double", "field": "x"}], False),  # below 10^-2: left to Python
+    ('{"id":1,"x":0.08}', [{"type": "double", "field": "x"}], True),  # Java prints 0.08 and 0.066 as written
+    ('{"id":1,"x":-0.066}', [{"type": "double", "field": "x"}], True),
+    ('{"id":1,"x":0.05}', [{"type": "string", "field": "x"}], True),
     ('{"id":1,"x":-0}', [{"type": "int32", "field": "x"}], True),  # 0 on both paths
     ('{"id":1,"x":-0}', [{"type": "double", "field": "x"}], False),
     ('{"id":1,"x":-0}', [{"type": "string", "field": "x"}], True),
