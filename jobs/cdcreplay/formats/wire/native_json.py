@@ -373,8 +373,8 @@ def around(pending: list) -> Column | None:
     """A filter that holds for every record of ``pending`` (rows of Kafka coordinates) and for as few others as
     ``MAX_RANGES`` offset ranges allow, or None when they are more than ``FEW_PENDING``.
 
-    A native pass leaves few records to Python (54 of the 2.3M of the 2M-event Debezium benchmark), and finding them
-    again read the whole archive (5.8 s of that run's decode stage; 3.7 s with this filter: docs/benchmarks.md,
+    A native pass leaves few records to Python, and finding them again read the whole archive (54 records pending
+    in the 2M-event Debezium benchmark: 5.8 s of its decode stage, 3.7 s with this filter; docs/benchmarks.md,
     sixtieth session). Spark hands the ranges to the Parquet reader, which skips every row group (and, in files
     written with page indexes, every page) whose topic and offsets lie outside them. The join on the coordinates that
     follows still decides which records are pending: the filter only narrows its input."""
