@@ -13,10 +13,11 @@ leave such gaps legitimately, so they are reported, not fatal).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdcreplay.run_spec import OffsetRange
@@ -180,16 +181,25 @@ def select_records(raw: DataFrame, selection: Selection) -> DataFrame:
     if selection.offsets:
         # Partitions named in `offsets` are limited to their ranges; partitions and topics not named are
         # left out altogether (an explicit offset selection is an exact list of what to replay).
-        in_range = F.lit(False)
-        for r in selection.offsets:
-            in_range |= (
-                (F.col("topic") == r.topic)
-                & (F.col("partition") == r.partition)
-                & (F.col("offset") >= r.start)
-                & (F.col("offset") < r.until)
-            )
-        condition &= in_range
+        condition &= in_offset_ranges(selection.offsets)
     return raw.where(condition)
+
+
+def in_offset_ranges(ranges: Iterable[OffsetRange]) -> Column:
+    """Whether a record lies in one of ``ranges``: an OR of balanced depth, which Spark hands to the Parquet reader
+    whole (it skips the row groups whose topic and offset statistics lie outside every range)."""
+    terms = [
+        (F.col("topic") == r.topic)
+        & (F.col("partition") == r.partition)
+        & (F.col("offset") >= r.start)
+        & (F.col("offset") < r.until)
+        for r in ranges
+    ]
+    if not terms:
+        return F.lit(False)
+    while len(terms) > 1:
+        terms = [terms[i] | terms[i + 1] if i + 1 < len(terms) else terms[i] for i in range(0, len(terms), 2)]
+    return terms[0]
 
 
 def partition_extents(raw: DataFrame) -> list[dict]:

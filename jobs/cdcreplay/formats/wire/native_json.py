@@ -26,6 +26,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from cdcreplay import schema as S
+from cdcreplay.archive import in_offset_ranges
 from cdcreplay.formats.common import (
     COORDINATES,
     DECODED_COLUMNS,
@@ -34,6 +35,7 @@ from cdcreplay.formats.common import (
     RECORD_KINDS,
     write_by_kind,
 )
+from cdcreplay.run_spec import OffsetRange
 from cdcreplay.spark import no_methods_too_long_to_compile, vectorized_parquet_reads
 
 # Records the native path did not decode carry this flag false; the caller hands them to the Python decoder.
@@ -375,22 +377,17 @@ def around(pending: list) -> Column | None:
 
     A native pass leaves few records to Python, and finding them again read the whole archive (54 records pending
     in the 2M-event Debezium benchmark: 5.8 s of its decode stage, 3.7 s with this filter; docs/benchmarks.md,
-    sixtieth session). Spark hands the ranges to the Parquet reader, which skips every row group (and, in files
-    written with page indexes, every page) whose topic and offsets lie outside them. The join on the coordinates that
-    follows still decides which records are pending: the filter only narrows its input."""
+    sixtieth session). Spark hands the ranges to the Parquet reader (``archive.in_offset_ranges``), which skips every
+    row group (and, in files written with page indexes, every page) whose topic and offsets lie outside them. The
+    join on the coordinates that follows still decides which records are pending: the filter only narrows its
+    input."""
     if not pending or len(pending) > FEW_PENDING:
         return None
     offsets: dict[tuple[str, int], list[int]] = {}
     for row in pending:
         offsets.setdefault((row.topic, row.partition), []).append(row.offset)
     ranges = offset_ranges({where: sorted(set(found)) for where, found in offsets.items()}, MAX_RANGES)
-    terms = [
-        (F.col("topic") == topic) & (F.col("partition") == partition) & F.col("offset").between(low, high)
-        for (topic, partition), low, high in ranges
-    ]
-    while len(terms) > 1:  # a balanced OR: Spark converts the filter for Parquet recursively
-        terms = [terms[i] | terms[i + 1] if i + 1 < len(terms) else terms[i] for i in range(0, len(terms), 2)]
-    return terms[0]
+    return in_offset_ranges(OffsetRange(topic, partition, low, high + 1) for (topic, partition), low, high in ranges)
 
 
 def offset_ranges(offsets: dict[tuple, list[int]], most: int) -> list[tuple[tuple, int, int]]:
